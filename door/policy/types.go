@@ -1,0 +1,94 @@
+package policy
+
+import (
+	"net/netip"
+)
+
+// Mode says whether a policy's denials are enforced or only recorded.
+type Mode uint8
+
+const (
+	modeInvalid Mode = iota
+	// Enforce refuses what the policy denies.
+	Enforce
+	// Observe allows everything the hard floor allows and records what Enforce
+	// would have denied.
+	Observe
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Enforce:
+		return "enforce"
+	case Observe:
+		return "observe"
+	}
+	return "invalid"
+}
+
+// Verdict is the outcome of judging one destination. Its zero value is invalid so
+// that a Decision nobody filled in can never read as an allow.
+type Verdict uint8
+
+const (
+	verdictInvalid Verdict = iota
+	Allow
+	Deny
+)
+
+func (v Verdict) String() string {
+	switch v {
+	case Allow:
+		return "allow"
+	case Deny:
+		return "deny"
+	}
+	return "invalid"
+}
+
+// Decision is one judgement: the verdict, why, and the rule that matched.
+type Decision struct {
+	Verdict Verdict
+	// Reason is a short machine-stable phrase, e.g. "allowed by rule",
+	// "denied by rule", "no allow rule matches", "hard floor: loopback".
+	Reason string
+	// Rule is the policy text that matched ("github.com", "10.20.0.0/16"), with its
+	// position ("policy.hcl:4:11"), or "" when no rule matched.
+	Rule string
+	// Floor is set when the hard floor decided; observe mode never opens it.
+	Floor bool
+	// WouldDeny is set in observe mode when enforce would have denied.
+	WouldDeny bool
+}
+
+// HostRule is one allow or deny entry: a name covering itself and its subdomains,
+// optionally restricted to one port.
+type HostRule struct {
+	Name string // canonical: lowercase, no trailing dot, punycode
+	Port uint16 // 0: any port the policy's ports list admits
+	Text string // as written in the policy
+	Pos  string // "file:line:col"
+}
+
+// Policy is a compiled policy.
+type Policy struct {
+	Source     string // file name it was parsed from ("" for built-ins)
+	Mode       Mode
+	Ports      []uint16
+	Allow      []HostRule
+	Deny       []HostRule
+	AllowCIDRs []CIDRRule
+}
+
+// CIDRRule is one allow_cidrs entry.
+type CIDRRule struct {
+	Prefix netip.Prefix
+	Text   string
+	Pos    string
+}
+
+// Host is a canonical destination host: exactly one of Name and Addr is set.
+type Host struct {
+	Name string
+	Addr netip.Addr
+}

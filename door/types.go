@@ -1,0 +1,70 @@
+package door
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/postern-dev/postern/door/policy"
+)
+
+// Event is one judged connection attempt, or the end of an admitted one. It never
+// carries payload. Field names are the door's canonical log line and are stable.
+type Event struct {
+	Time time.Time `json:"time"`
+	// Event is "decision" when the door judged an attempt, "end" when an admitted
+	// connection closed (then BytesUp, BytesDown and DurationMS are set).
+	Event string `json:"event"`
+	Run   string `json:"run,omitempty"`
+	Conn  uint64 `json:"conn"` // ties a decision to its end
+	// Kind is how the attempt reached the door: "connect" (explicit CONNECT),
+	// "http" (explicit absolute-URI request), "transparent" (redirected by the
+	// wall), "dns" (a lookup inside the wall).
+	Kind       string `json:"kind"`
+	Host       string `json:"host"`
+	Port       uint16 `json:"port,omitempty"`
+	Addr       string `json:"addr,omitempty"` // the address dialled, if any
+	Decision   string `json:"decision"`       // "allow" or "deny"
+	Mode       string `json:"mode"`           // "enforce" or "observe"
+	Reason     string `json:"reason"`
+	Rule       string `json:"rule,omitempty"`
+	WouldDeny  bool   `json:"would_deny,omitempty"` // observe mode: enforce would deny
+	Client     string `json:"client,omitempty"`
+	BytesUp    int64  `json:"bytes_up,omitempty"`
+	BytesDown  int64  `json:"bytes_down,omitempty"`
+	DurationMS int64  `json:"duration_ms,omitempty"`
+}
+
+// Config is what a Door needs. Policy is required.
+type Config struct {
+	Policy *policy.Policy
+	// Resolver is host:port of the DNS server for the door's own lookups; "" uses
+	// the system resolver.
+	Resolver string
+	// AddHosts pins canonical names to addresses, as docker's --add-host does.
+	AddHosts map[string][]netip.Addr
+	// Emit receives every event. It is called from connection goroutines and must
+	// not block for long.
+	Emit func(Event)
+	// Run is copied into every event.
+	Run    string
+	Logger *slog.Logger
+	// DrainTimeout bounds how long open connections may go on once Run's context
+	// is done. Zero means 5s.
+	DrainTimeout time.Duration
+	// DialTimeout bounds each upstream dial. Zero means 10s.
+	DialTimeout time.Duration
+}
+
+// Listeners are the sockets a Door serves. Any may be nil.
+type Listeners struct {
+	// Proxy serves the explicit proxy: HTTP CONNECT and absolute-URI HTTP.
+	Proxy net.Listener
+	// Transparent serves connections the wall redirected; the original
+	// destination is read with SO_ORIGINAL_DST.
+	Transparent net.Listener
+	// DNSUDP and DNSTCP answer lookups from inside the wall.
+	DNSUDP net.PacketConn
+	DNSTCP net.Listener
+}
