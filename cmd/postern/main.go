@@ -1,0 +1,52 @@
+// Command postern dispatches agent runs to machines behind an egress wall whose only
+// way out is a door that judges every connection by policy.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+// exitError carries an exit status chosen by a command (2: bad input, 77: refused).
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+var rootCmd = &cobra.Command{
+	Use:           "postern",
+	Short:         "Run AI coding agents behind an egress wall whose only way out is a policy door",
+	SilenceUsage:  true,
+	SilenceErrors: true,
+	Version:       version,
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := rootCmd.ExecuteContext(ctx)
+	if err == nil {
+		return
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil && ee.err.Error() != "" {
+			fmt.Fprintln(os.Stderr, "postern:", ee.err)
+		}
+		os.Exit(ee.code)
+	}
+	fmt.Fprintln(os.Stderr, "postern:", err)
+	os.Exit(1)
+}
