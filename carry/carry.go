@@ -1,0 +1,146 @@
+package carry
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/probe"
+)
+
+// Carry names the wall a lane gets.
+type Carry string
+
+const (
+	// NetworkWall is the Linux network wall: own namespaces, nftables into the door.
+	NetworkWall Carry = "network-wall"
+	// ConnectDoor is the macOS seatbelt profile that denies all network but the door.
+	ConnectDoor Carry = "connect-door"
+	// ContainerBridge is the network wall inside a container's own namespace.
+	ContainerBridge Carry = "container-bridge"
+	// None is no wall at all: only by an explicit, recorded --egress-open.
+	None Carry = "none"
+)
+
+// RefusedMarker starts every refusal so that people and scripts can find it.
+const RefusedMarker = "EGRESS-CLOSED-DEFAULT-REFUSED"
+
+// Spec is what Choose needs to know about the run.
+type Spec struct {
+	Machine string
+	Lane    string
+	// EgressOpen is the person's reason for running without a wall; non-empty opens
+	// the run's network, and the reason is recorded.
+	EgressOpen string
+	// Kernel is the kernel release the run would meet now, if known. A record
+	// measured on another kernel no longer says what this one can do.
+	Kernel string
+}
+
+// needs lists the rungs each lane's carry stands on.
+var needs = map[string]struct {
+	carry Carry
+	rungs []string
+}{
+	machine.LaneLocalLinux:     {NetworkWall, []string{probe.RungNetns}},
+	machine.LaneRemoteLinux:    {NetworkWall, []string{probe.RungNetns, probe.RungNetnsRedirect, probe.RungLandlock}},
+	machine.LaneLocalMacOS:     {ConnectDoor, []string{probe.RungSeatbeltNetworkDeny}},
+	machine.LaneRemoteMacOS:    {ConnectDoor, []string{probe.RungSeatbeltNetworkDeny}},
+	machine.LaneLocalContainer: {ContainerBridge, []string{probe.RungNetnsRedirect, probe.RungContainer}},
+}
+
+// Needs returns the rungs a lane needs, for messages and docs.
+func Needs(lane string) []string { return append([]string(nil), needs[lane].rungs...) }
+
+// Refusal says why a run cannot be walled. No process is spawned for a refused run.
+type Refusal struct {
+	Lane       string
+	Machine    string
+	MeasuredAt time.Time // zero: never measured
+	Kernel     string    // the kernel the record was measured on, when it no longer matches
+	// AtRunTime is set when the measurement said yes but the machine refused the
+	// wall when the run was being raised.
+	AtRunTime string
+	Needs      []string
+	// Missing are the needed rungs that were not measured yes, each with what the
+	// measurement said and its remedy.
+	Missing []MissingRung
+	Fix     string
+}
+
+// MissingRung is one needed rung and what was measured of it.
+type MissingRung struct {
+	Rung   string
+	Detail string
+	Remedy string
+}
+
+func (r *Refusal) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: lane %s on machine %q: ", RefusedMarker, r.Lane, r.Machine)
+	switch {
+	case r.AtRunTime != "":
+		if !r.MeasuredAt.IsZero() {
+			fmt.Fprintf(&b, "measured %s, but ", r.MeasuredAt.UTC().Format(time.RFC3339))
+		}
+		b.WriteString(r.AtRunTime)
+	case r.MeasuredAt.IsZero():
+		b.WriteString("never measured")
+	case r.Kernel != "":
+		fmt.Fprintf(&b, "measured %s on kernel %s, which is no longer running", r.MeasuredAt.UTC().Format(time.RFC3339), r.Kernel)
+	default:
+		fmt.Fprintf(&b, "measured %s", r.MeasuredAt.UTC().Format(time.RFC3339))
+		for _, m := range r.Missing {
+			fmt.Fprintf(&b, "; %s: no (%s)", m.Rung, m.Detail)
+			if m.Remedy != "" {
+				fmt.Fprintf(&b, " remedy: %s", m.Remedy)
+			}
+		}
+	}
+	if len(r.Needs) > 0 {
+		fmt.Fprintf(&b, "; the lane needs %s", strings.Join(r.Needs, ", "))
+	}
+	fmt.Fprintf(&b, "; nothing was started; fix: %s", r.Fix)
+	return b.String()
+}
+
+// Choose returns the carry for a run, or a *Refusal when what was measured about
+// the machine cannot wall it. rec is nil for a machine never measured. Choose is
+// pure: it performs nothing and reads only its arguments.
+func Choose(rec *probe.Record, spec Spec) (Carry, error) {
+	if strings.TrimSpace(spec.EgressOpen) != "" {
+		return None, nil
+	}
+	probeCmd := fmt.Sprintf("run 'postern machine probe-confinement %s'", spec.Machine)
+	lane, ok := needs[spec.Lane]
+	if !ok {
+		return "", &Refusal{Lane: spec.Lane, Machine: spec.Machine, Fix: "no carry walls this lane; run with --egress-open \"<reason>\" to open the network deliberately"}
+	}
+	ref := &Refusal{Lane: spec.Lane, Machine: spec.Machine, Needs: lane.rungs, Fix: probeCmd + " to measure it"}
+	if rec == nil || rec.MeasuredAt.IsZero() {
+		return "", ref
+	}
+	ref.MeasuredAt = rec.MeasuredAt
+	if spec.Kernel != "" && rec.Kernel != "" && spec.Kernel != rec.Kernel {
+		ref.Kernel = rec.Kernel
+		ref.Fix = probeCmd + " again to measure the running kernel"
+		return "", ref
+	}
+	for _, name := range lane.rungs {
+		if rec.Has(name) {
+			continue
+		}
+		g, measured := rec.Rungs[name]
+		m := MissingRung{Rung: name, Detail: "not measured", Remedy: g.Remedy}
+		if measured {
+			m.Detail = g.Detail
+		}
+		ref.Missing = append(ref.Missing, m)
+	}
+	if len(ref.Missing) == 0 {
+		return lane.carry, nil
+	}
+	ref.Fix = "apply the remedies above, then " + probeCmd + " again; or run with --egress-open \"<reason>\" to open the network deliberately"
+	return "", ref
+}

@@ -1,0 +1,114 @@
+package carry
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/probe"
+)
+
+var measured = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
+
+func recordWith(yes ...string) *probe.Record {
+	rec := &probe.Record{Name: "m", Kernel: "6.1.0", MeasuredAt: measured, Rungs: map[string]probe.Rung{}}
+	for _, name := range []string{probe.RungUserns, probe.RungNetns, probe.RungNetnsRedirect, probe.RungIPv6, probe.RungLandlock, probe.RungSeatbeltNetworkDeny, probe.RungContainer} {
+		rec.Rungs[name] = probe.Rung{Result: probe.No, Detail: name + " refused", Remedy: "fix " + name}
+	}
+	for _, name := range yes {
+		rec.Rungs[name] = probe.Rung{Result: probe.Yes, Detail: "ok"}
+	}
+	return rec
+}
+
+func TestChooseEveryLane(t *testing.T) {
+	lanes := []struct {
+		lane  string
+		carry Carry
+	}{
+		{machine.LaneLocalLinux, NetworkWall},
+		{machine.LaneRemoteLinux, NetworkWall},
+		{machine.LaneLocalMacOS, ConnectDoor},
+		{machine.LaneRemoteMacOS, ConnectDoor},
+		{machine.LaneLocalContainer, ContainerBridge},
+	}
+	for _, tc := range lanes {
+		need := Needs(tc.lane)
+		if len(need) == 0 {
+			t.Fatalf("lane %s needs no rung", tc.lane)
+		}
+		t.Run(tc.lane+"/all", func(t *testing.T) {
+			got, err := Choose(recordWith(need...), Spec{Machine: "m", Lane: tc.lane})
+			if err != nil || got != tc.carry {
+				t.Fatalf("Choose = %q, %v; want %q", got, err, tc.carry)
+			}
+		})
+		t.Run(tc.lane+"/never-measured", func(t *testing.T) {
+			_, err := Choose(nil, Spec{Machine: "m", Lane: tc.lane})
+			var ref *Refusal
+			if !errors.As(err, &ref) {
+				t.Fatalf("err = %v, want *Refusal", err)
+			}
+			for _, want := range []string{RefusedMarker + ":", "lane " + tc.lane, `machine "m"`, "never measured", "postern machine probe-confinement m"} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("refusal %q lacks %q", err, want)
+				}
+			}
+		})
+		for i, missing := range need {
+			rest := append(append([]string(nil), need[:i]...), need[i+1:]...)
+			t.Run(tc.lane+"/missing-"+missing, func(t *testing.T) {
+				_, err := Choose(recordWith(rest...), Spec{Machine: "m", Lane: tc.lane})
+				var ref *Refusal
+				if !errors.As(err, &ref) {
+					t.Fatalf("err = %v, want *Refusal", err)
+				}
+				if len(ref.Missing) != 1 || ref.Missing[0].Rung != missing {
+					t.Fatalf("missing = %+v, want only %s", ref.Missing, missing)
+				}
+				for _, want := range []string{RefusedMarker, missing + ": no (" + missing + " refused)", "remedy: fix " + missing, "2026-11-01T12:00:00Z", "--egress-open"} {
+					if !strings.Contains(err.Error(), want) {
+						t.Errorf("refusal %q lacks %q", err, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestChooseRungAbsentFromRecord(t *testing.T) {
+	rec := &probe.Record{Name: "m", MeasuredAt: measured, Rungs: map[string]probe.Rung{}}
+	_, err := Choose(rec, Spec{Machine: "m", Lane: machine.LaneLocalLinux})
+	if err == nil || !strings.Contains(err.Error(), "netns: no (not measured)") {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+func TestChooseEgressOpen(t *testing.T) {
+	got, err := Choose(nil, Spec{Machine: "m", Lane: machine.LaneLocalLinux, EgressOpen: "installing a toolchain"})
+	if err != nil || got != None {
+		t.Fatalf("Choose = %q, %v; want none", got, err)
+	}
+	// A blank reason is not a reason.
+	if _, err := Choose(nil, Spec{Machine: "m", Lane: machine.LaneLocalLinux, EgressOpen: "  "}); err == nil {
+		t.Fatal("a blank --egress-open reason opened the network")
+	}
+}
+
+func TestChooseStaleKernel(t *testing.T) {
+	_, err := Choose(recordWith(probe.RungNetns), Spec{Machine: "m", Lane: machine.LaneLocalLinux, Kernel: "6.9.0"})
+	if err == nil || !strings.Contains(err.Error(), "kernel 6.1.0") {
+		t.Fatalf("err = %v, want a refusal naming the measured kernel", err)
+	}
+	if _, err := Choose(recordWith(probe.RungNetns), Spec{Machine: "m", Lane: machine.LaneLocalLinux, Kernel: "6.1.0"}); err != nil {
+		t.Fatalf("same kernel refused: %v", err)
+	}
+}
+
+func TestChooseUnknownLane(t *testing.T) {
+	if _, err := Choose(recordWith(probe.RungNetns), Spec{Machine: "m", Lane: "moon"}); err == nil {
+		t.Fatal("an unknown lane was not refused")
+	}
+}

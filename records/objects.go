@@ -1,0 +1,179 @@
+package records
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/probe"
+)
+
+// Run states.
+const (
+	StateRefused = "refused"
+	StateRunning = "running"
+	StateExited  = "exited"
+	StateFailed  = "failed"
+	StateLost    = "lost"
+)
+
+// Run is one command line dispatched to one machine under one policy.
+type Run struct {
+	ID               string    `json:"id"`
+	Machine          string    `json:"machine"`
+	Lane             string    `json:"lane"`
+	Carry            string    `json:"carry"`
+	State            string    `json:"state"`
+	ExitCode         *int      `json:"exit_code"`
+	Command          []string  `json:"command"`
+	Dir              string    `json:"dir,omitempty"`
+	Policy           string    `json:"policy"`
+	Mode             string    `json:"mode,omitempty"`
+	EgressOpenReason string    `json:"egress_open_reason"`
+	StartedAt        time.Time `json:"started_at"`
+	EndedAt          time.Time `json:"ended_at,omitzero"`
+	Allowed          int       `json:"allowed"`
+	Denied           int       `json:"denied"`
+	WouldDeny        int       `json:"would_deny,omitempty"`
+	// Why is why the run ended the way it did: the refusal, a failure, a signal.
+	Why      string `json:"why,omitempty"`
+	Landlock string `json:"landlock,omitempty"`
+	// Pid and Host identify the controller process, so a run whose controller died
+	// is seen as lost.
+	Pid      int    `json:"pid,omitempty"`
+	PidStart uint64 `json:"pid_start,omitempty"`
+}
+
+// Ended reports whether the run has reached a final state.
+func (r *Run) Ended() bool { return r.State != StateRunning }
+
+// PutMachine adds or replaces a machine.
+func (s *Store) PutMachine(m machine.Machine) error {
+	return s.update(func(tx *bolt.Tx) error { return putJSON(tx, bucketMachines, m.Name, m) })
+}
+
+// Machine returns the named machine; local always exists.
+func (s *Store) Machine(name string) (machine.Machine, error) {
+	var m machine.Machine
+	err := s.view(func(tx *bolt.Tx) error { return getJSON(tx, bucketMachines, name, &m) })
+	if errors.Is(err, ErrNotFound) && name == machine.Local {
+		return machine.LocalMachine(), nil
+	}
+	return m, err
+}
+
+// Machines lists every machine, local first.
+func (s *Store) Machines() ([]machine.Machine, error) {
+	out := []machine.Machine{}
+	haveLocal := false
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
+			var m machine.Machine
+			if err := getJSON(tx, bucketMachines, string(k), &m); err != nil {
+				return err
+			}
+			haveLocal = haveLocal || m.Name == machine.Local
+			out = append(out, m)
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !haveLocal {
+		out = append(out, machine.LocalMachine())
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		if (out[i].Name == machine.Local) != (out[j].Name == machine.Local) {
+			return out[i].Name == machine.Local
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out, nil
+}
+
+// RemoveMachine deletes a machine and its probe record.
+func (s *Store) RemoveMachine(name string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketMachines).Get([]byte(name)) == nil {
+			return fmt.Errorf("machine %q: %w", name, ErrNotFound)
+		}
+		if err := tx.Bucket(bucketMachines).Delete([]byte(name)); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketProbes).Delete([]byte(name))
+	})
+}
+
+// PutRecord stores what probing measured. It is the only way a record is written.
+func (s *Store) PutRecord(rec *probe.Record) error {
+	return s.update(func(tx *bolt.Tx) error { return putJSON(tx, bucketProbes, rec.Name, rec) })
+}
+
+// Record returns the last measured record of a machine, or ErrNotFound if it was
+// never measured.
+func (s *Store) Record(name string) (*probe.Record, error) {
+	var rec probe.Record
+	if err := s.view(func(tx *bolt.Tx) error { return getJSON(tx, bucketProbes, name, &rec) }); err != nil {
+		return nil, err
+	}
+	return &rec, nil
+}
+
+// PutRun creates or replaces a run record, durably.
+func (s *Store) PutRun(r *Run) error {
+	return s.update(func(tx *bolt.Tx) error { return putJSON(tx, bucketRuns, r.ID, r) })
+}
+
+// Run returns one run. A unique prefix of its id is enough.
+func (s *Store) Run(id string) (*Run, error) {
+	var found *Run
+	err := s.view(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketRuns).Cursor()
+		n := 0
+		for k, _ := c.Seek([]byte(id)); k != nil && len(k) >= len(id) && string(k[:len(id)]) == id; k, _ = c.Next() {
+			var r Run
+			if err := getJSON(tx, bucketRuns, string(k), &r); err != nil {
+				return err
+			}
+			found = &r
+			n++
+			if string(k) == id {
+				n = 1
+				break
+			}
+		}
+		switch {
+		case n == 0:
+			return fmt.Errorf("run %q: %w", id, ErrNotFound)
+		case n > 1:
+			return fmt.Errorf("run id prefix %q matches %d runs: give more of the id", id, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return found, nil
+}
+
+// Runs lists every run, oldest first.
+func (s *Store) Runs() ([]*Run, error) {
+	out := []*Run{}
+	err := s.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketRuns).ForEach(func(k, _ []byte) error {
+			var r Run
+			if err := getJSON(tx, bucketRuns, string(k), &r); err != nil {
+				return err
+			}
+			out = append(out, &r)
+			return nil
+		})
+	})
+	sort.SliceStable(out, func(i, j int) bool { return out[i].StartedAt.Before(out[j].StartedAt) })
+	return out, err
+}

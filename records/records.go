@@ -1,0 +1,139 @@
+package records
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+var (
+	bucketMachines = []byte("machines")
+	bucketProbes   = []byte("probes")
+	bucketRuns     = []byte("runs")
+	bucketEvents   = []byte("events")
+)
+
+// ErrNotFound is returned when a named machine, record or run does not exist.
+var ErrNotFound = errors.New("not found")
+
+// lockTimeout bounds how long one operation waits for another process's write.
+// Writers hold the file only for one transaction, so this is a safety net.
+const lockTimeout = 10 * time.Second
+
+// Store is the records file. It does not keep the file open between operations:
+// every operation opens, runs one transaction and closes, so several postern
+// processes (a run writing its events, `runs list` reading) share one file and a
+// reader never stalls a run for longer than one transaction.
+type Store struct {
+	path string
+	mu   sync.Mutex // one open handle per process at a time: flock is per open file
+}
+
+// DefaultPath is $POSTERN_HOME/records.db, else $XDG_STATE_HOME/postern/records.db,
+// else ~/.local/state/postern/records.db.
+func DefaultPath() (string, error) {
+	if h := os.Getenv("POSTERN_HOME"); h != "" {
+		return filepath.Join(h, "records.db"), nil
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" {
+		return filepath.Join(x, "postern", "records.db"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", fmt.Errorf("find home for records (set POSTERN_HOME): %w", err)
+	}
+	return filepath.Join(home, ".local", "state", "postern", "records.db"), nil
+}
+
+// Open prepares the records file at path, creating it and its buckets if needed.
+func Open(path string) (*Store, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("create records directory %q: %w", filepath.Dir(path), err)
+	}
+	s := &Store{path: path}
+	err := s.update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMachines, bucketProbes, bucketRuns, bucketEvents} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Path is the records file's path.
+func (s *Store) Path() string { return s.path }
+
+func (s *Store) open(readOnly bool) (*bolt.DB, error) {
+	db, err := bolt.Open(s.path, 0o600, &bolt.Options{Timeout: lockTimeout, ReadOnly: readOnly})
+	if err != nil {
+		return nil, fmt.Errorf("open records %q: %w", s.path, err)
+	}
+	return db, nil
+}
+
+// update runs fn in one durable write transaction: when it returns nil the data is
+// on disk (bbolt fsyncs on commit).
+func (s *Store) update(fn func(*bolt.Tx) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(false)
+	if err != nil {
+		return err
+	}
+	err = db.Update(fn)
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close records %q: %w", s.path, cerr)
+	}
+	return err
+}
+
+func (s *Store) view(fn func(*bolt.Tx) error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	db, err := s.open(true)
+	if err != nil {
+		return err
+	}
+	err = db.View(fn)
+	if cerr := db.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("close records %q: %w", s.path, cerr)
+	}
+	return err
+}
+
+func putJSON(tx *bolt.Tx, bucket []byte, key string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("encode %s/%s: %w", bucket, key, err)
+	}
+	return tx.Bucket(bucket).Put([]byte(key), b)
+}
+
+func getJSON(tx *bolt.Tx, bucket []byte, key string, v any) error {
+	b := tx.Bucket(bucket).Get([]byte(key))
+	if b == nil {
+		return fmt.Errorf("%s %q: %w", bucket, key, ErrNotFound)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("decode %s/%s: %w", bucket, key, err)
+	}
+	return nil
+}
+
+func seqKey(n uint64) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], n)
+	return k[:]
+}
