@@ -68,16 +68,24 @@ type HostRule struct {
 	Port uint16 // 0: any port the policy's ports list admits
 	Text string // as written in the policy
 	Pos  string // "file:line:col"
+	// Wildcard is set for "*.name": the rule covers the subdomains of Name but
+	// not Name itself.
+	Wildcard bool
+
+	ref string // Text and Pos as Decision.Rule reports them, built once
 }
 
 // Policy is a compiled policy.
 type Policy struct {
 	Source     string // file name it was parsed from ("" for built-ins)
+	Name       string // optional description, the policy's `name` attribute
 	Mode       Mode
 	Ports      []uint16
 	Allow      []HostRule
 	Deny       []HostRule
 	AllowCIDRs []CIDRRule
+
+	self []netip.Addr // the door's own addresses, floored; see WithSelf
 }
 
 // CIDRRule is one allow_cidrs entry.
@@ -85,6 +93,8 @@ type CIDRRule struct {
 	Prefix netip.Prefix
 	Text   string
 	Pos    string
+
+	ref string // Text and Pos as Decision.Rule reports them, built once
 }
 
 // Host is a canonical destination host: exactly one of Name and Addr is set.
