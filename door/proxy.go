@@ -1,0 +1,365 @@
+package door
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"net/textproto"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/postern-dev/postern/door/policy"
+)
+
+// proxyIdleTimeout bounds how long a keep-alive proxy connection may wait for
+// its next request.
+const proxyIdleTimeout = 2 * time.Minute
+
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+
+// aLongTimeAgo is a deadline in the past, to unblock a read.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// serveProxy serves one explicit-proxy connection: CONNECT, or absolute-URI
+// HTTP requests with keep-alive, each request judged on its own.
+func (d *Door) serveProxy(ctx context.Context, c net.Conn) {
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(c)
+	release := func() {
+		if br != nil {
+			br.Reset(nil)
+			readerPool.Put(br)
+			br = nil
+		}
+	}
+	defer release()
+	fw := &httpForwarder{d: d, client: c}
+	defer fw.closeUpstream()
+
+	for {
+		c.SetReadDeadline(time.Now().Add(proxyIdleTimeout))
+		stopWatch := context.AfterFunc(ctx, func() { c.SetReadDeadline(aLongTimeAgo) })
+		req, err := http.ReadRequest(br)
+		stopped := stopWatch()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !isClosedOrTimeout(err) && stopped {
+				writeStatus(c, 400, "Bad Request", fmt.Sprintf("postern door could not read the request: %v\n", err), true)
+			}
+			return
+		}
+		if !stopped {
+			return // draining: no new requests
+		}
+		c.SetReadDeadline(time.Time{})
+		if req.Method == http.MethodConnect {
+			pre, _ := br.Peek(br.Buffered())
+			pre = slices.Clone(pre)
+			release()
+			fw.closeUpstream()
+			d.handleConnect(ctx, c, req, pre)
+			return
+		}
+		if !fw.serve(ctx, req, br) {
+			return
+		}
+	}
+}
+
+func isClosedOrTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, net.ErrClosed) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// handleConnect judges a CONNECT and, if admitted, tunnels it. pre are bytes
+// the client sent after the request head.
+func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request, pre []byte) {
+	id := d.connID.Add(1)
+	start := time.Now()
+	host, port, err := policy.SplitTarget(req.RequestURI, 443)
+	if err != nil {
+		j := Judgement{Host: policy.Host{Name: req.RequestURI}, Port: 0,
+			Decision: policy.Decision{Verdict: policy.Deny, Reason: fmt.Sprintf("bad connect target %q: %v", req.RequestURI, err)}}
+		d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+		writeDenied(c, j.Decision.Reason, fmt.Sprintf("postern door denied CONNECT %s\nreason: %s\nwrite the target as host:port, e.g. CONNECT example.com:443\n", req.RequestURI, j.Decision.Reason), true)
+		return
+	}
+	j := d.Decide(ctx, host, port)
+	what := "CONNECT " + targetString(host, port)
+	if !j.Allowed() {
+		d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+		writeDenied(c, j.Decision.Reason, d.denyText(what, j), true)
+		return
+	}
+	up, addr, err := d.dialJudged(ctx, j)
+	j.Addr = addr
+	d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+	if err != nil {
+		writeStatus(c, 502, "Bad Gateway", fmt.Sprintf("postern door admitted %s but could not connect: %v\n", what, err), true)
+		d.emitEnd(id, "connect", j, 0, 0, start, "dial failed: "+err.Error())
+		return
+	}
+	defer up.Close()
+	d.track(up)
+	defer d.untrack(up)
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		d.emitEnd(id, "connect", j, 0, 0, start, "client went away")
+		return
+	}
+	upN, downN, denied := d.pipe(c, up, pre, func(fb firstBytes, herr error) bool {
+		return d.judgeHead(id, "connect", c, j, fb, herr, headRules{})
+	})
+	reason := "closed"
+	if denied {
+		reason = "refused on first bytes"
+	}
+	d.emitEnd(id, "connect", j, upN, downN, start, reason)
+}
+
+// judgeHead checks a connection's first bytes and records a refusal. It
+// reports whether the connection must be refused (never in observe mode).
+func (d *Door) judgeHead(id uint64, kind string, c net.Conn, j Judgement, fb firstBytes, herr error, rules headRules) bool {
+	reason := d.checkHead(j, fb, herr, rules)
+	if reason == "" {
+		return false
+	}
+	hj := j
+	hj.Decision = policy.Decision{Verdict: policy.Deny, Reason: reason, Rule: j.Decision.Rule}
+	if d.policy().Mode == policy.Observe {
+		hj.Decision.Verdict = policy.Allow
+		hj.Decision.WouldDeny = true
+	}
+	d.emit(d.decisionEvent(id, kind, c.RemoteAddr(), hj))
+	return hj.Decision.Verdict == policy.Deny
+}
+
+func (d *Door) emitEnd(id uint64, kind string, j Judgement, up, down int64, start time.Time, reason string) {
+	ev := Event{
+		Event:      "end",
+		Conn:       id,
+		Kind:       kind,
+		Host:       hostString(j.Host),
+		Port:       j.Port,
+		Decision:   j.Decision.Verdict.String(),
+		Reason:     reason,
+		BytesUp:    up,
+		BytesDown:  down,
+		DurationMS: time.Since(start).Milliseconds(),
+	}
+	if j.Addr.IsValid() {
+		ev.Addr = j.Addr.String()
+	}
+	d.emit(ev)
+}
+
+// httpForwarder forwards absolute-URI requests on one client connection,
+// keeping the last upstream connection for the next request to the same place.
+type httpForwarder struct {
+	d      *Door
+	client net.Conn
+
+	up     net.Conn
+	upBR   *bufio.Reader
+	upKey  string
+	upAddr netip.Addr
+}
+
+func (f *httpForwarder) closeUpstream() {
+	if f.up != nil {
+		f.d.untrack(f.up)
+		f.up = nil
+		f.upBR = nil
+		f.upKey = ""
+	}
+}
+
+// hopHeaders are connection-level headers a proxy must not forward (RFC 9110
+// 7.6.1), plus the proxy's own.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authorization",
+	"Proxy-Authenticate", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+// removeHopHeaders strips hop-by-hop headers, including those Connection
+// names. It returns the Upgrade value if the sender asked to upgrade.
+func removeHopHeaders(h http.Header) (upgrade string) {
+	for _, v := range h["Connection"] {
+		for _, tok := range strings.Split(v, ",") {
+			tok = textproto.TrimString(tok)
+			if strings.EqualFold(tok, "upgrade") {
+				upgrade = h.Get("Upgrade")
+			}
+			if tok != "" {
+				h.Del(tok)
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+	return upgrade
+}
+
+// serve judges and forwards one request; false means the client connection
+// must close.
+func (f *httpForwarder) serve(ctx context.Context, req *http.Request, br *bufio.Reader) bool {
+	d, c := f.d, f.client
+	id := d.connID.Add(1)
+	start := time.Now()
+	closeAfter := req.Close || req.ContentLength != 0
+
+	if req.URL.Scheme == "" || req.URL.Host == "" {
+		writeStatus(c, 400, "Bad Request", fmt.Sprintf("postern door is a proxy: send an absolute URI (GET http://host/path) or CONNECT host:port, not %q\n", req.RequestURI), true)
+		return false
+	}
+	if !strings.EqualFold(req.URL.Scheme, "http") {
+		writeStatus(c, 400, "Bad Request", fmt.Sprintf("postern door forwards only http:// requests; for %s use CONNECT %s\n", req.URL.Scheme, req.URL.Host), true)
+		return false
+	}
+	host, port, err := policy.SplitTarget(req.URL.Host, 80)
+	what := req.Method + " " + req.URL.String()
+	if err != nil {
+		j := Judgement{Host: policy.Host{Name: req.URL.Host}, Decision: policy.Decision{Verdict: policy.Deny, Reason: fmt.Sprintf("bad request host %q: %v", req.URL.Host, err)}}
+		d.emit(d.decisionEvent(id, "http", c.RemoteAddr(), j))
+		writeDenied(c, j.Decision.Reason, d.headDenyText(what, j, j.Decision.Reason), true)
+		return false
+	}
+	if hh := req.Header.Get("Host"); hh != "" {
+		hhost, _, herr := policy.SplitTarget(hh, port)
+		if herr != nil || !sameHost(hhost, host) {
+			j := Judgement{Host: host, Port: port, Decision: policy.Decision{Verdict: policy.Deny,
+				Reason: fmt.Sprintf("http host %s does not match request target %s", hh, hostString(host))}}
+			d.emit(d.decisionEvent(id, "http", c.RemoteAddr(), j))
+			writeDenied(c, j.Decision.Reason, d.headDenyText(what, j, j.Decision.Reason), true)
+			return false
+		}
+	}
+	j := d.Decide(ctx, host, port)
+	if !j.Allowed() {
+		d.emit(d.decisionEvent(id, "http", c.RemoteAddr(), j))
+		writeDenied(c, j.Decision.Reason, d.denyText(what, j), closeAfter)
+		return !closeAfter
+	}
+	key := targetString(host, port)
+	if f.up == nil || f.upKey != key || !slices.Contains(j.Addrs, f.upAddr) {
+		f.closeUpstream()
+		up, addr, err := d.dialJudged(ctx, j)
+		j.Addr = addr
+		if err != nil {
+			d.emit(d.decisionEvent(id, "http", c.RemoteAddr(), j))
+			writeStatus(c, 502, "Bad Gateway", fmt.Sprintf("postern door admitted %s but could not connect: %v\n", what, err), true)
+			d.emitEnd(id, "http", j, 0, 0, start, "dial failed: "+err.Error())
+			return false
+		}
+		d.track(up)
+		f.up, f.upBR, f.upKey, f.upAddr = up, bufio.NewReader(up), key, addr
+	}
+	j.Addr = f.upAddr
+	d.emit(d.decisionEvent(id, "http", c.RemoteAddr(), j))
+
+	upgrade := removeHopHeaders(req.Header)
+	if upgrade != "" {
+		req.Header.Set("Connection", "Upgrade")
+		req.Header.Set("Upgrade", upgrade)
+	}
+	req.Header.Del("Host")
+	if _, ok := req.Header["User-Agent"]; !ok {
+		req.Header["User-Agent"] = []string{""} // write none, as the client sent none
+	}
+	req.RequestURI = ""
+
+	upCount := &countWriter{w: f.up}
+	wrote := make(chan error, 1)
+	go func() { wrote <- req.Write(upCount) }()
+
+	var (
+		resp    *http.Response
+		rerr    error
+		downCnt = &countWriter{w: c}
+	)
+	for {
+		resp, rerr = http.ReadResponse(f.upBR, req)
+		if rerr != nil || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		// A 1xx interim response (100 Continue): pass it on and read on.
+		fmt.Fprintf(downCnt, "HTTP/1.1 %s\r\n", resp.Status)
+		resp.Header.Write(downCnt)
+		io.WriteString(downCnt, "\r\n")
+	}
+	if rerr != nil {
+		f.up.Close()
+		<-wrote
+		f.closeUpstream()
+		writeStatus(c, 502, "Bad Gateway", fmt.Sprintf("postern door: upstream %s gave no valid response: %v\n", key, rerr), true)
+		d.emitEnd(id, "http", j, upCount.n, downCnt.n, start, "bad upstream response")
+		return false
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols && upgrade != "" {
+		if werr := <-wrote; werr != nil {
+			f.closeUpstream()
+			d.emitEnd(id, "http", j, upCount.n, downCnt.n, start, "request write failed")
+			return false
+		}
+		to := removeHopHeaders(resp.Header)
+		if to == "" {
+			to = upgrade
+		}
+		resp.Header.Set("Connection", "Upgrade")
+		resp.Header.Set("Upgrade", to)
+		return f.switchProtocols(id, j, resp, br, upCount.n, downCnt, start)
+	}
+	removeHopHeaders(resp.Header)
+	werr := resp.Write(downCnt)
+	resp.Body.Close()
+	if err := <-wrote; err != nil || werr != nil || resp.Close {
+		f.closeUpstream()
+		d.emitEnd(id, "http", j, upCount.n, downCnt.n, start, "closed")
+		return werr == nil && err == nil && !req.Close && !resp.Close
+	}
+	d.emitEnd(id, "http", j, upCount.n, downCnt.n, start, "response complete")
+	return !req.Close
+}
+
+// switchProtocols completes a 101 upgrade and relays raw bytes both ways.
+func (f *httpForwarder) switchProtocols(id uint64, j Judgement, resp *http.Response, br *bufio.Reader, up int64, downCnt *countWriter, start time.Time) bool {
+	d, c := f.d, f.client
+	resp.Write(downCnt)
+	down := downCnt.n
+	if n := f.upBR.Buffered(); n > 0 {
+		b, _ := f.upBR.Peek(n)
+		w, _ := c.Write(b)
+		down += int64(w)
+	}
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		w, _ := f.up.Write(b)
+		up += int64(w)
+	}
+	upc := f.up
+	f.up, f.upBR, f.upKey = nil, nil, ""
+	downc := make(chan int64, 1)
+	go func() { downc <- pump(c, upc) }()
+	up += pump(upc, c)
+	down += <-downc
+	d.untrack(upc)
+	d.emitEnd(id, "http", j, up, down, start, "upgraded connection closed")
+	return false
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

@@ -1,0 +1,198 @@
+package door
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/door/policy"
+)
+
+// errNoHead means the client sent nothing before its deadline.
+var errNoHead = errors.New("client sent nothing")
+
+// readHead reads a client's first bytes until classifyHead can say what they
+// are. pre are bytes already read. With a zero firstBy the wait for the first
+// byte is unbounded and holds no buffer (an idle server-speaks-first tunnel costs
+// nothing here); once bytes arrive, the head must complete within peekTimeout.
+func readHead(c net.Conn, pre []byte, firstBy time.Time) ([]byte, firstBytes, error) {
+	if len(pre) == 0 {
+		if firstBy.IsZero() {
+			if err := waitReadable(c); err != nil {
+				return nil, firstBytes{}, err
+			}
+		} else {
+			c.SetReadDeadline(firstBy)
+		}
+	}
+	defer c.SetReadDeadline(time.Time{})
+	buf := make([]byte, len(pre), max(2048, len(pre)))
+	copy(buf, pre)
+	completeBy := time.Time{}
+	for {
+		if len(buf) > 0 {
+			fb, err := classifyHead(buf)
+			if !errors.Is(err, errShortHead) {
+				return buf, fb, err
+			}
+			if len(buf) >= maxHead {
+				return buf, fb, errHeadTooLarge
+			}
+			if completeBy.IsZero() {
+				completeBy = time.Now().Add(peekTimeout)
+				c.SetReadDeadline(completeBy)
+			}
+		}
+		if len(buf) == cap(buf) {
+			nb := make([]byte, len(buf), min(2*cap(buf), maxHead))
+			copy(nb, buf)
+			buf = nb
+		}
+		n, err := c.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			if n > 0 {
+				continue // classify what came with the error first
+			}
+			if len(buf) == 0 {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					return nil, firstBytes{}, errNoHead
+				}
+				return nil, firstBytes{}, err
+			}
+			fb, cerr := classifyHead(buf)
+			if errors.Is(cerr, errShortHead) {
+				return buf, fb, fmt.Errorf("incomplete %s head (%d bytes) after %s: %w", fb.kind, len(buf), peekTimeout, err)
+			}
+			return buf, fb, cerr
+		}
+	}
+}
+
+// waitReadable blocks until c has bytes to read (or is closed) without reading
+// them, so no buffer is held while waiting.
+func waitReadable(c net.Conn) error {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil // the first Read will wait instead
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var one [1]byte
+	return rc.Read(func(fd uintptr) bool {
+		_, _, err := unix.Recvfrom(int(fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		return !errors.Is(err, unix.EAGAIN)
+	})
+}
+
+// headRules say what a connection's first bytes must show.
+type headRules struct {
+	// tlsOnly denies bytes that are not a TLS ClientHello (the transparent side
+	// on 443).
+	tlsOnly bool
+}
+
+// checkHead says why a connection admitted by j may not carry these first
+// bytes, or "" when it may. The TLS server_name and the HTTP Host must name the
+// admitted host; for an admitted literal address they must not name a host the
+// policy denies.
+func (d *Door) checkHead(j Judgement, fb firstBytes, herr error, rules headRules) string {
+	if herr != nil {
+		if errors.Is(herr, errNoHead) {
+			return fmt.Sprintf("client sent no bytes within %s on port %d", peekTimeout, j.Port)
+		}
+		return fmt.Sprintf("%s: %v", fb.kind, herr)
+	}
+	switch fb.kind {
+	case headOpaque:
+		if rules.tlsOnly {
+			return fmt.Sprintf("opaque (non-tls) traffic on port %d", j.Port)
+		}
+		return ""
+	case headTLS, headHTTP:
+	default:
+		return "unreadable first bytes"
+	}
+	if fb.name == "" {
+		return ""
+	}
+	what := "tls sni"
+	var (
+		h   policy.Host
+		err error
+	)
+	if fb.kind == headHTTP {
+		what = "http host"
+		h, _, err = policy.SplitTarget(fb.name, j.Port)
+	} else {
+		h, err = policy.CanonicalHost(fb.name)
+	}
+	if err != nil {
+		return fmt.Sprintf("%s %q is not a valid host: %v", what, fb.name, err)
+	}
+	if j.Host.Name != "" || h.Addr.IsValid() {
+		if !sameHost(h, j.Host) {
+			return fmt.Sprintf("%s %s does not match admitted host %s", what, hostString(h), hostString(j.Host))
+		}
+		return ""
+	}
+	// An address admitted on its own (by CIDR) naming a host: refuse the names
+	// the policy denies outright.
+	nd := d.policy().DecideName(h.Name, j.Port)
+	if nd.Floor || (nd.Rule != "" && (nd.Verdict == policy.Deny || nd.WouldDeny)) {
+		return fmt.Sprintf("%s %s names a host the policy denies (%s)", what, h.Name, nd.Reason)
+	}
+	return ""
+}
+
+// pipe relays between an admitted client and its upstream. Server bytes flow
+// to the client at once (server-speaks-first protocols work); the client's
+// first bytes are read and checked before any of them reach the upstream. It
+// returns the bytes moved each way, and a deny reason if the first bytes were
+// refused (then nothing of the client's reached the upstream).
+func (d *Door) pipe(client, upstream net.Conn, pre []byte, onHead func(firstBytes, error) (deny bool)) (up, down int64, denied bool) {
+	downc := make(chan int64, 1)
+	go func() { downc <- pump(client, upstream) }()
+
+	head, fb, herr := readHead(client, pre, time.Time{})
+	if head == nil && herr != nil && !errors.Is(herr, errNoHead) {
+		// The client closed or failed before sending anything: pass that on.
+		closeWrite(upstream)
+		return 0, <-downc, false
+	}
+	if onHead(fb, herr) {
+		client.Close()
+		upstream.Close()
+		return 0, <-downc, true
+	}
+	if _, err := upstream.Write(head); err != nil {
+		client.Close()
+		upstream.Close()
+		return 0, <-downc, false
+	}
+	up = int64(len(head))
+	head = nil
+	up += pump(upstream, client)
+	return up, <-downc, false
+}
+
+// pump copies src to dst (splice(2) between TCP sockets), then half-closes
+// dst; on an error it closes both so the other direction ends too.
+func pump(dst, src net.Conn) int64 {
+	n, err := io.Copy(dst, src)
+	if err != nil {
+		src.Close()
+		dst.Close()
+		return n
+	}
+	closeWrite(dst)
+	return n
+}
