@@ -55,9 +55,9 @@ var floor6 = []floorRange{
 	{netip.MustParsePrefix("fec0::/10"), "hard floor: reserved"}, // deprecated site-local
 	{netip.MustParsePrefix("ff00::/8"), "hard floor: multicast"},
 	{FakeIPv6, "hard floor: fake address of the wall's DNS"},
-	{netip.MustParsePrefix("100::/64"), "hard floor: reserved"},      // discard-only
-	{netip.MustParsePrefix("2001:10::/28"), "hard floor: reserved"},  // ORCHID
-	{netip.MustParsePrefix("2001:20::/28"), "hard floor: reserved"},  // ORCHIDv2
+	{netip.MustParsePrefix("100::/64"), "hard floor: reserved"},     // discard-only
+	{netip.MustParsePrefix("2001:10::/28"), "hard floor: reserved"}, // ORCHID
+	{netip.MustParsePrefix("2001:20::/28"), "hard floor: reserved"}, // ORCHIDv2
 	{netip.MustParsePrefix("2001:db8::/32"), "hard floor: documentation range"},
 	{netip.MustParsePrefix("3fff::/20"), "hard floor: documentation range"},
 }

@@ -409,12 +409,13 @@ func SplitTarget(s string, defaultPort uint16) (Host, uint16, error) {
 var errPortRange = errors.New("port must be a number from 1 to 65535")
 
 func parsePort(s string) (uint16, error) {
-	if s == "" || len(s) > 5 {
+	digits := strings.TrimLeft(s, "0")
+	if s == "" || len(digits) > 5 {
 		return 0, fmt.Errorf("port %q: %w", s, errPortRange)
 	}
 	v := 0
-	for i := 0; i < len(s); i++ {
-		c := s[i]
+	for i := 0; i < len(digits); i++ {
+		c := digits[i]
 		if c < '0' || c > '9' {
 			return 0, fmt.Errorf("port %q: %w", s, errPortRange)
 		}
