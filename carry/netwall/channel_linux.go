@@ -1,0 +1,186 @@
+package netwall
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The control channel between Raise (host side) and Init (inside the wall) is a
+// unix stream socketpair. Each message is a 4-byte big-endian length and a JSON
+// body; file descriptors travel with a message's first byte (SCM_RIGHTS).
+
+const (
+	msgConfig  = "config"  // host -> init: what to run
+	msgReady   = "ready"   // init -> host: namespaces set up; carries the listeners
+	msgStart   = "start"   // host -> init: start the command
+	msgStarted = "started" // init -> host: the command runs
+	msgSignal  = "signal"  // host -> init: forward a signal to the command
+	msgError   = "error"   // init -> host: a step failed
+
+	maxMessage = 16 << 20
+	maxFDs     = 8
+)
+
+type message struct {
+	Type   string      `json:"type"`
+	Config *initConfig `json:"config,omitempty"`
+	Signal int         `json:"signal,omitempty"`
+	Pid    int         `json:"pid,omitempty"`
+	Err    *wireError  `json:"error,omitempty"`
+}
+
+type initConfig struct {
+	Command []string `json:"command"`
+	Dir     string   `json:"dir"`
+	Env     []string `json:"env"`
+	Ports   []uint16 `json:"ports"`
+	TTY     bool     `json:"tty"`
+}
+
+// wireError is a failed step as it crosses the channel; the host adds the remedy.
+type wireError struct {
+	Step    string `json:"step"`
+	Message string `json:"message"`
+	Errno   int    `json:"errno,omitempty"`
+}
+
+func stepError(step string, err error) *wireError {
+	we := &wireError{Step: step, Message: err.Error()}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		we.Errno = int(errno)
+	}
+	return we
+}
+
+type channel struct {
+	conn *net.UnixConn
+	wmu  sync.Mutex
+	rmu  sync.Mutex
+}
+
+// newChannel takes ownership of f, a connected unix stream socket.
+func newChannel(f *os.File) (*channel, error) {
+	defer f.Close()
+	c, err := net.FileConn(f)
+	if err != nil {
+		return nil, fmt.Errorf("control socket: %w", err)
+	}
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		c.Close()
+		return nil, fmt.Errorf("control socket: %T is not a unix socket", c)
+	}
+	return &channel{conn: uc}, nil
+}
+
+func (c *channel) send(m message, files ...*os.File) error {
+	body, err := json.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode %s message: %w", m.Type, err)
+	}
+	frame := make([]byte, 4+len(body))
+	binary.BigEndian.PutUint32(frame, uint32(len(body)))
+	copy(frame[4:], body)
+	var oob []byte
+	if len(files) > 0 {
+		fds := make([]int, len(files))
+		for i, f := range files {
+			fds[i] = int(f.Fd())
+		}
+		oob = unix.UnixRights(fds...)
+	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	n, _, err := c.conn.WriteMsgUnix(frame, oob, nil)
+	if err == nil && n < len(frame) {
+		_, err = c.conn.Write(frame[n:])
+	}
+	// The descriptors must stay open until sendmsg has copied them.
+	runtime.KeepAlive(files)
+	if err != nil {
+		return fmt.Errorf("send %s message: %w", m.Type, err)
+	}
+	return nil
+}
+
+// recv reads one message and the descriptors that came with it.
+func (c *channel) recv() (message, []*os.File, error) {
+	c.rmu.Lock()
+	defer c.rmu.Unlock()
+	var m message
+	hdr := make([]byte, 4)
+	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
+	n, oobn, flags, _, err := c.conn.ReadMsgUnix(hdr, oob)
+	files, ferr := parseRights(oob[:oobn])
+	if err == nil && n == 0 {
+		err = io.EOF
+	}
+	if err == nil && ferr != nil {
+		err = ferr
+	}
+	if err == nil && flags&unix.MSG_CTRUNC != 0 {
+		err = errors.New("control message truncated: too many descriptors")
+	}
+	if err == nil && n < len(hdr) {
+		_, err = io.ReadFull(c.conn, hdr[n:])
+	}
+	var body []byte
+	if err == nil {
+		size := binary.BigEndian.Uint32(hdr)
+		if size > maxMessage {
+			err = fmt.Errorf("control message of %d bytes exceeds %d", size, maxMessage)
+		} else {
+			body = make([]byte, size)
+			_, err = io.ReadFull(c.conn, body)
+		}
+	}
+	if err == nil {
+		if jerr := json.Unmarshal(body, &m); jerr != nil {
+			err = fmt.Errorf("decode control message: %w", jerr)
+		}
+	}
+	if err != nil {
+		for _, f := range files {
+			f.Close()
+		}
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			err = io.EOF
+		}
+		return message{}, nil, err
+	}
+	return m, files, nil
+}
+
+func parseRights(oob []byte) ([]*os.File, error) {
+	if len(oob) == 0 {
+		return nil, nil
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("parse control message: %w", err)
+	}
+	var files []*os.File
+	for _, cm := range msgs {
+		fds, err := unix.ParseUnixRights(&cm)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			files = append(files, os.NewFile(uintptr(fd), "wall-fd"))
+		}
+	}
+	return files, nil
+}
+
+func (c *channel) Close() error { return c.conn.Close() }

@@ -1,0 +1,97 @@
+package netwall
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Securebits (linux/securebits.h), all set and locked: uid 0 gains no
+// capabilities on exec, and none can be raised again.
+const (
+	secbitNoroot                  = 1 << 0
+	secbitNorootLocked            = 1 << 1
+	secbitNoSetuidFixup           = 1 << 2
+	secbitNoSetuidFixupLocked     = 1 << 3
+	secbitKeepCapsLocked          = 1 << 5
+	secbitNoCapAmbientRaise       = 1 << 6
+	secbitNoCapAmbientRaiseLocked = 1 << 7
+
+	lockedSecurebits = secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLocked |
+		secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientRaiseLocked
+)
+
+const defaultPath = "/usr/local/bin:/usr/bin:/bin"
+
+// ExecDropped is the wall's last stage: it drops every capability (bounding,
+// ambient, inheritable, permitted, effective), locks the securebits, sets
+// no_new_privs and execs argv, looked up in the environment's PATH. It only
+// returns on failure; errors.Is(err, ErrCommandNotFound) when argv[0] is not
+// found (exit 127, as shells do), otherwise exit 126.
+func ExecDropped(argv []string) error {
+	if len(argv) == 0 {
+		return errors.New("network wall: no command to run")
+	}
+	// Credentials are per thread: drop them on this one and exec from it.
+	runtime.LockOSThread()
+
+	path := argv[0]
+	if !strings.Contains(path, "/") {
+		if os.Getenv("PATH") == "" {
+			os.Setenv("PATH", defaultPath)
+		}
+		p, err := exec.LookPath(path)
+		if err != nil {
+			return fmt.Errorf("%w: %q in PATH=%s", ErrCommandNotFound, path, os.Getenv("PATH"))
+		}
+		path = p
+	}
+	if err := dropPrivileges(); err != nil {
+		return err
+	}
+	err := syscall.Exec(path, argv, os.Environ())
+	if errors.Is(err, syscall.ENOENT) {
+		return fmt.Errorf("%w: %s", ErrCommandNotFound, path)
+	}
+	return fmt.Errorf("exec %s: %w", path, err)
+}
+
+func dropPrivileges() error {
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, lockedSecurebits, 0, 0, 0); err != nil {
+		return fmt.Errorf("lock securebits: %w", err)
+	}
+	for c := 0; ; c++ {
+		err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			break // past the last capability this kernel knows
+		}
+		if err != nil {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var none [2]unix.CapUserData
+	if err := unix.Capset(&hdr, &none[0]); err != nil {
+		return fmt.Errorf("clear capabilities: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	var got [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &got[0]); err != nil {
+		return fmt.Errorf("read capabilities back: %w", err)
+	}
+	if got != none {
+		return fmt.Errorf("capabilities remain after dropping them: %+v", got)
+	}
+	return nil
+}

@@ -1,0 +1,385 @@
+package netwall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Exit statuses of the init when it cannot report through the control socket.
+const (
+	exitInitFailed = 125
+	exitKilled     = 128 + int(syscall.SIGKILL)
+)
+
+// Init is the wall's init, pid 1 of the run's namespaces; the process Raise
+// starts with InitArg calls it and exits with the status it returns. It sets up
+// the namespace as the control socket asks, starts the command through the
+// ExecArg stage, reaps every process that ends in the pid namespace and returns
+// the command's status (128+n for signal n). Signals arriving on signals and
+// from Wall.Signal go to the command's process group. When ctx is done or the
+// host side disappears, the run is killed.
+//
+// Init assumes it owns the process: it must only be called from that entry point.
+func Init(ctx context.Context, signals <-chan os.Signal) int {
+	ctl, err := newChannel(os.NewFile(controlFD, "wall-control"))
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "postern: network wall init: %v (it only runs under 'postern run')\n", err)
+		return exitInitFailed
+	}
+	defer ctl.Close()
+
+	m, _, err := ctl.recv()
+	if err != nil || m.Type != msgConfig || m.Config == nil {
+		return exitInitFailed
+	}
+	cfg := *m.Config
+
+	files, werr := setup(cfg)
+	if werr != nil {
+		_ = ctl.send(message{Type: msgError, Err: werr})
+		return exitInitFailed
+	}
+	err = ctl.send(message{Type: msgReady}, files...)
+	for _, f := range files {
+		f.Close()
+	}
+	if err != nil {
+		return exitInitFailed
+	}
+
+	if m, _, err = ctl.recv(); err != nil || m.Type != msgStart {
+		return exitInitFailed
+	}
+	pid, err := startCommand(cfg)
+	if err != nil {
+		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
+		return exitInitFailed
+	}
+	if err := ctl.send(message{Type: msgStarted, Pid: pid}); err != nil {
+		killAll()
+		return exitKilled
+	}
+	return supervise(ctx, ctl, pid, signals)
+}
+
+// supervise reaps until the command ends, forwarding signals to its group.
+func supervise(ctx context.Context, ctl *channel, pid int, signals <-chan os.Signal) int {
+	status := make(chan syscall.WaitStatus, 1)
+	// The reaper and reader end with the process: Init's return is its exit.
+	go reapAll(pid, status)
+	msgs := make(chan message)
+	go func() {
+		defer close(msgs)
+		for {
+			m, files, err := ctl.recv()
+			for _, f := range files {
+				f.Close()
+			}
+			if err != nil {
+				return
+			}
+			msgs <- m
+		}
+	}()
+	for {
+		select {
+		case ws := <-status:
+			if ws.Signaled() {
+				return 128 + int(ws.Signal())
+			}
+			return ws.ExitStatus()
+		case s := <-signals:
+			if sig, ok := s.(syscall.Signal); ok {
+				_ = unix.Kill(-pid, sig)
+			}
+		case m, ok := <-msgs:
+			if !ok {
+				// The host side is gone: nothing may outlive it.
+				killAll()
+				return exitKilled
+			}
+			if m.Type == msgSignal {
+				_ = unix.Kill(-pid, syscall.Signal(m.Signal))
+			}
+		case <-ctx.Done():
+			killAll()
+			return exitKilled
+		}
+	}
+}
+
+// reapAll waits for every child (pid 1 inherits the run's orphans) and sends
+// the status of the command, pid, once.
+func reapAll(pid int, status chan<- syscall.WaitStatus) {
+	for {
+		var ws syscall.WaitStatus
+		got, err := syscall.Wait4(-1, &ws, 0, nil)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return
+		}
+		if got == pid && (ws.Exited() || ws.Signaled()) {
+			status <- ws
+		}
+	}
+}
+
+// killAll kills every other process of the pid namespace (the caller is its pid 1).
+func killAll() { _ = unix.Kill(-1, unix.SIGKILL) }
+
+// setup makes the namespace the wall: lo, routes, listeners, rules, mounts.
+// It returns the listeners' descriptors: transparent, DNS UDP, DNS TCP.
+func setup(cfg initConfig) ([]*os.File, *wireError) {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return nil, stepError(StepLoopback, fmt.Errorf("find lo: %w", err))
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return nil, stepError(StepLoopback, fmt.Errorf("set lo up: %w", err))
+	}
+	v4 := &netlink.Route{LinkIndex: lo.Attrs().Index, Scope: netlink.SCOPE_LINK,
+		Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}
+	if err := netlink.RouteAdd(v4); err != nil {
+		return nil, stepError(StepRoute, fmt.Errorf("add IPv4 default route via lo: %w", err))
+	}
+	v6 := &netlink.Route{LinkIndex: lo.Attrs().Index,
+		Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}}
+	if err := netlink.RouteAdd(v6); err != nil && !ipv6Disabled(err) {
+		return nil, stepError(StepRoute, fmt.Errorf("add IPv6 default route via lo: %w", err))
+	}
+
+	files, tport, dport, err := openListeners()
+	if err != nil {
+		return nil, stepError(StepListen, err)
+	}
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	rs, err := buildRuleset(RuleConfig{Ports: cfg.Ports, TransparentPort: tport, DNSPort: dport})
+	if err != nil {
+		closeAll()
+		return nil, &wireError{Step: StepNftables, Message: err.Error()}
+	}
+	conn, err := nftables.New()
+	if err == nil {
+		err = rs.apply(conn)
+		conn.CloseLasting()
+	}
+	if err != nil {
+		closeAll()
+		return nil, stepError(StepNftables, err)
+	}
+	if err := privateMounts(cfg); err != nil {
+		closeAll()
+		return nil, stepError(StepMount, err)
+	}
+	return files, nil
+}
+
+func ipv6Disabled(err error) bool {
+	return errors.Is(err, syscall.EAFNOSUPPORT) || errors.Is(err, syscall.EACCES)
+}
+
+// openListeners opens the door's sockets on both families' wildcard, which in
+// a namespace with only lo means 127.0.0.1 and ::1, where redirect sends.
+func openListeners() (files []*os.File, tport, dport uint16, err error) {
+	ctx := context.Background()
+	lc := net.ListenConfig{}
+	tl, err := lc.Listen(ctx, "tcp", ":0")
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("transparent listener: %w", err)
+	}
+	defer tl.Close()
+	dl, err := lc.Listen(ctx, "tcp", ":0")
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("DNS TCP listener: %w", err)
+	}
+	defer dl.Close()
+	dport = uint16(dl.Addr().(*net.TCPAddr).Port)
+	du, err := lc.ListenPacket(ctx, "udp", fmt.Sprintf(":%d", dport))
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("DNS UDP listener on port %d: %w", dport, err)
+	}
+	defer du.Close()
+	tport = uint16(tl.Addr().(*net.TCPAddr).Port)
+
+	tf, err := tl.(*net.TCPListener).File()
+	if err != nil {
+		return nil, 0, 0, fmt.Errorf("transparent listener: %w", err)
+	}
+	uf, err := du.(*net.UDPConn).File()
+	if err != nil {
+		tf.Close()
+		return nil, 0, 0, fmt.Errorf("DNS UDP listener: %w", err)
+	}
+	df, err := dl.(*net.TCPListener).File()
+	if err != nil {
+		tf.Close()
+		uf.Close()
+		return nil, 0, 0, fmt.Errorf("DNS TCP listener: %w", err)
+	}
+	return []*os.File{tf, uf, df}, tport, dport, nil
+}
+
+// hiddenRoots get a fresh tmpfs inside the run: host daemons' sockets (docker,
+// ssh-agent, D-Bus, the user's runtime dir) and other runs' files are not there.
+var hiddenRoots = []struct {
+	path, mode string
+}{{"/tmp", "1777"}, {"/run", "755"}, {"/dev/shm", "1777"}}
+
+// privateMounts gives the run its own view: nothing propagates back to the
+// host, /tmp, /run and /dev/shm are empty tmpfs (the working directory and
+// home stay reachable), resolv.conf still resolves, /proc shows only the run.
+func privateMounts(cfg initConfig) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make / private: %w", err)
+	}
+	keep := keptDirs(cfg)
+	resolvPath, resolvData := resolvConfUnder()
+
+	type held struct {
+		path string
+		fd   int
+	}
+	var holds []held
+	defer func() {
+		for _, h := range holds {
+			unix.Close(h.fd)
+		}
+	}()
+	for _, p := range keep {
+		fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue // it does not exist: nothing to keep
+		}
+		holds = append(holds, held{p, fd})
+	}
+	for _, r := range hiddenRoots {
+		if st, err := os.Stat(r.path); err != nil || !st.IsDir() {
+			continue
+		}
+		if err := unix.Mount("tmpfs", r.path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode="+r.mode); err != nil {
+			return fmt.Errorf("mount tmpfs on %s: %w", r.path, err)
+		}
+	}
+	for _, h := range holds {
+		if err := os.MkdirAll(h.path, 0o755); err != nil {
+			return fmt.Errorf("recreate %s: %w", h.path, err)
+		}
+		src := fmt.Sprintf("/proc/self/fd/%d", h.fd)
+		if err := unix.Mount(src, h.path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("keep %s visible: %w", h.path, err)
+		}
+	}
+	if resolvPath != "" {
+		if err := os.MkdirAll(filepath.Dir(resolvPath), 0o755); err != nil {
+			return fmt.Errorf("recreate %s: %w", filepath.Dir(resolvPath), err)
+		}
+		if err := os.WriteFile(resolvPath, resolvData, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", resolvPath, err)
+		}
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount a fresh /proc: %w", err)
+	}
+	return nil
+}
+
+// keptDirs are the directories under a hidden root that the run must still
+// reach: its working directory and home. A hidden root itself is not kept.
+func keptDirs(cfg initConfig) []string {
+	var out []string
+	cands := []string{cfg.Dir}
+	for _, e := range cfg.Env {
+		if v, ok := strings.CutPrefix(e, "HOME="); ok {
+			cands = append(cands, v)
+		}
+	}
+	for _, c := range cands {
+		if c == "" || !filepath.IsAbs(c) {
+			continue
+		}
+		c = filepath.Clean(c)
+		if real, err := filepath.EvalSymlinks(c); err == nil {
+			c = real
+		}
+		if underHiddenRoot(c) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func underHiddenRoot(p string) bool {
+	for _, r := range hiddenRoots {
+		if strings.HasPrefix(p, r.path+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// resolvConfUnder finds where /etc/resolv.conf really lives; when that is under
+// a hidden root (systemd-resolved's /run/systemd/resolve/stub-resolv.conf), it
+// returns the path and contents to recreate there. Every port-53 packet goes
+// to the door whatever nameserver it names.
+func resolvConfUnder() (string, []byte) {
+	real, err := filepath.EvalSymlinks("/etc/resolv.conf")
+	if err != nil {
+		// A dangling link still needs a target inside the run.
+		if t, lerr := os.Readlink("/etc/resolv.conf"); lerr == nil {
+			if !filepath.IsAbs(t) {
+				t = filepath.Join("/etc", t)
+			}
+			real = filepath.Clean(t)
+		} else {
+			return "", nil
+		}
+	}
+	if !underHiddenRoot(real) {
+		return "", nil
+	}
+	data, err := os.ReadFile(real)
+	if err != nil || len(data) == 0 {
+		data = []byte("nameserver 127.0.0.53\n")
+	}
+	return real, data
+}
+
+// startCommand starts the ExecArg stage, which drops every privilege and
+// execs the command, in its own process group (or session, with a terminal).
+func startCommand(cfg initConfig) (int, error) {
+	attr := &syscall.ProcAttr{
+		Dir:   cfg.Dir,
+		Env:   cfg.Env,
+		Files: []uintptr{0, 1, 2},
+		Sys:   &syscall.SysProcAttr{},
+	}
+	if cfg.TTY {
+		attr.Sys.Setsid = true
+		attr.Sys.Setctty = true
+		attr.Sys.Ctty = 0
+	} else {
+		attr.Sys.Setpgid = true
+	}
+	argv := append([]string{os.Args[0], ExecArg}, cfg.Command...)
+	pid, err := syscall.ForkExec("/proc/self/exe", argv, attr)
+	if err != nil {
+		return 0, fmt.Errorf("start %q in %s: %w", cfg.Command[0], cfg.Dir, err)
+	}
+	return pid, nil
+}

@@ -1,0 +1,65 @@
+package netwall
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Hidden entry points of the test binary, which Raise re-executes as Self.
+const (
+	testDialArg = "__test-dial" // dial network addr, print what happened
+)
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case InitArg:
+			sigs := make(chan os.Signal, 8)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+			os.Exit(Init(context.Background(), sigs))
+		case ExecArg:
+			err := ExecDropped(os.Args[2:])
+			fmt.Fprintln(os.Stderr, "postern:", err)
+			if errors.Is(err, ErrCommandNotFound) {
+				os.Exit(127)
+			}
+			os.Exit(126)
+		case testDialArg:
+			os.Exit(testDial(os.Args[2], os.Args[3]))
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// testDial connects to addr and reports the outcome on stdout: "connected",
+// "refused" or the error.
+func testDial(network, addr string) int {
+	d := net.Dialer{Timeout: 3 * time.Second}
+	c, err := d.Dial(network, addr)
+	if err == nil && network == "udp" {
+		c.SetDeadline(time.Now().Add(3 * time.Second))
+		_, err = c.Write([]byte("ping"))
+		if err == nil {
+			_, err = c.Read(make([]byte, 16))
+		}
+	}
+	switch {
+	case err == nil:
+		fmt.Println("connected")
+		c.Close()
+		return 0
+	case errors.Is(err, syscall.ECONNREFUSED):
+		fmt.Println("refused")
+		return 1
+	default:
+		fmt.Println("error:", err)
+		return 2
+	}
+}

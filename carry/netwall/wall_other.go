@@ -1,0 +1,36 @@
+//go:build !linux
+
+package netwall
+
+import (
+	"context"
+	"os"
+	"syscall"
+
+	"github.com/postern-dev/postern/door"
+)
+
+// Wall is only raised on Linux.
+type Wall struct{}
+
+// Raise is only available on Linux.
+func Raise(ctx context.Context, spec Spec) (*Wall, error) { return nil, ErrUnsupported }
+
+func (w *Wall) Listeners() door.Listeners                    { return door.Listeners{} }
+func (w *Wall) Pid() int                                     { return 0 }
+func (w *Wall) Start() error                                 { return ErrUnsupported }
+func (w *Wall) Signal(sig syscall.Signal) error              { return ErrUnsupported }
+func (w *Wall) Wait() (int, error)                           { return -1, ErrUnsupported }
+func (w *Wall) Close() error                                 { return nil }
+func Init(ctx context.Context, signals <-chan os.Signal) int { return 125 }
+func ExecDropped(argv []string) error                        { return ErrUnsupported }
+
+// RuleConfig is what the wall's nftables rules depend on.
+type RuleConfig struct {
+	Ports           []uint16
+	TransparentPort uint16
+	DNSPort         uint16
+}
+
+// Rules is only available on Linux.
+func Rules(c RuleConfig) ([]byte, error) { return nil, ErrUnsupported }
