@@ -2,6 +2,7 @@ package door
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,7 +23,66 @@ import (
 // its next request.
 const proxyIdleTimeout = 2 * time.Minute
 
-var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4096) }}
+// maxRequestHead bounds an explicit-proxy request head (request line and
+// headers); the reader that holds it goes back to a pool when the connection
+// becomes a tunnel or closes.
+const maxRequestHead = 16 << 10
+
+var readerPool = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, maxRequestHead) }}
+
+// errHeadTooBig is a request head that does not fit maxRequestHead.
+var errHeadTooBig = fmt.Errorf("request head larger than %d bytes", maxRequestHead)
+
+// peekHead waits until a whole request head is buffered in br and returns it
+// without consuming it.
+func peekHead(br *bufio.Reader) ([]byte, error) {
+	for {
+		if n := br.Buffered(); n > 0 {
+			b, _ := br.Peek(n)
+			if i := bytes.Index(b, []byte("\r\n\r\n")); i >= 0 {
+				return b[:i+4], nil
+			}
+			if i := bytes.Index(b, []byte("\n\n")); i >= 0 {
+				return b[:i+2], nil
+			}
+			if n >= br.Size() {
+				return nil, errHeadTooBig
+			}
+		}
+		if _, err := br.Peek(br.Buffered() + 1); err != nil {
+			if br.Buffered() > 0 && errors.Is(err, io.EOF) {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+}
+
+// headerHost returns the value of the Host header of a raw request head.
+func headerHost(head []byte) (string, bool) {
+	lines := bytes.Split(head, []byte("\n"))
+	for _, l := range lines[1:] {
+		k, v, ok := bytes.Cut(l, []byte(":"))
+		if ok && strings.EqualFold(string(k), "host") {
+			return string(bytes.TrimSpace(v)), true
+		}
+	}
+	return "", false
+}
+
+// refuseUnreadable answers a request the door cannot parse, and records it.
+func (d *Door) refuseUnreadable(c net.Conn, err error) {
+	id := d.connID.Add(1)
+	reason := fmt.Sprintf("unreadable request: %v", err)
+	j := Judgement{Decision: policy.Decision{Verdict: policy.Deny, Reason: reason}}
+	d.emit(d.decisionEvent(id, "http", c.RemoteAddr(), j))
+	code, status := 400, "Bad Request"
+	if errors.Is(err, errHeadTooBig) {
+		code, status = 431, "Request Header Fields Too Large"
+	}
+	writeStatus(c, code, status, fmt.Sprintf("postern door could not read the request: %v\nsend CONNECT host:port or an absolute-URI request (GET http://host/path HTTP/1.1)\n", err), true,
+		"X-Postern-Decision: "+decisionHeader(reason))
+}
 
 // aLongTimeAgo is a deadline in the past, to unblock a read.
 var aLongTimeAgo = time.Unix(1, 0)
@@ -46,13 +106,21 @@ func (d *Door) serveProxy(ctx context.Context, c net.Conn) {
 	for {
 		c.SetReadDeadline(time.Now().Add(proxyIdleTimeout))
 		stopWatch := context.AfterFunc(ctx, func() { c.SetReadDeadline(aLongTimeAgo) })
-		req, err := http.ReadRequest(br)
+		head, err := peekHead(br)
+		var req *http.Request
+		if err == nil {
+			req, err = http.ReadRequest(br)
+		}
 		stopped := stopWatch()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !isClosedOrTimeout(err) && stopped {
-				writeStatus(c, 400, "Bad Request", fmt.Sprintf("postern door could not read the request: %v\n", err), true)
+				d.refuseUnreadable(c, err)
 			}
 			return
+		}
+		// ReadRequest drops the Host header; keep it to hold it against the URI.
+		if hh, ok := headerHost(head); ok {
+			req.Header.Set("Host", hh)
 		}
 		if !stopped {
 			return // draining: no new requests
