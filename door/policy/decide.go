@@ -223,7 +223,9 @@ func (p *Policy) cidrFor(a netip.Addr) *CIDRRule {
 // Suggest returns the policy text that would allow h on port, for a denial
 // message: `allow = ["evil.test:443"]` for a name, `allow_cidrs =
 // ["10.9.0.7/32"]` for an address, preceded by a `ports = [...]` line when the
-// port is not in the policy's ports (the lines are separated by "\n"). It
+// port is not in the policy's ports (the lines are separated by "\n"). Each
+// line is a whole attribute: where the policy already sets it, the quoted
+// entry goes into the existing list. It
 // returns "" when no policy can allow it: the hard floor, an invalid host or
 // port, or a name a deny rule covers (a deny is a deliberate choice, and the
 // suggestion is not to undo it).

@@ -78,8 +78,8 @@ var private6 = []netip.Prefix{
 
 // Prefixes of IPv6 addresses that carry an IPv4 address inside them.
 var (
-	compat4   = netip.MustParsePrefix("::/96")         // IPv4-compatible, deprecated
-	siit4     = netip.MustParsePrefix("::ffff:0:0/96") // IPv4-translated (SIIT)
+	compat4   = netip.MustParsePrefix("::/96")           // IPv4-compatible, deprecated
+	siit4     = netip.MustParsePrefix("::ffff:0:0:0/96") // IPv4-translated (SIIT)
 	nat64     = netip.MustParsePrefix("64:ff9b::/96")
 	nat64Loc  = netip.MustParsePrefix("64:ff9b:1::/48")
 	sixToFour = netip.MustParsePrefix("2002::/16")

@@ -169,7 +169,7 @@ func (c *compiler) unknown(a *hclsyntax.Attribute) {
 
 // nearest returns the known word a misspelt one most likely meant, or "".
 func nearest(w string, known []string) string {
-	best, bestD := "", len(w)/2+2
+	best, bestD := "", max(2, len(w)/3)+1
 	for _, k := range known {
 		if d := editDistance(strings.ToLower(w), k); d < bestD {
 			best, bestD = k, d

@@ -1,0 +1,12 @@
+# Let a coding agent talk to its model provider, and to nothing else.
+#
+# Both entries carry ":443", so the rule admits only HTTPS to these hosts,
+# even though port 80 is listed in ports for the other rules a team may add.
+name  = "model APIs"
+mode  = "enforce"
+ports = [80, 443]
+
+allow = [
+  "api.anthropic.com:443",
+  "api.openai.com:443",
+]
