@@ -47,21 +47,21 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 		herr   error
 		peeked bool
 	)
-	if clientFirst {
-		head, fb, herr = readHead(c, nil, time.Now().Add(peekTimeout))
-		peeked = true
-	}
-
 	j := d.Decide(ctx, host, port)
 	what := "connection to " + targetString(host, port)
 	if !j.Allowed() {
 		d.emit(d.decisionEvent(id, "transparent", c.RemoteAddr(), j))
-		if peeked && fb.kind == headHTTP && herr == nil {
-			writeDenied(c, j.Decision.Reason, d.denyText(what, j), true)
+		if port == 80 {
+			// Plain HTTP gets a refusal it can read; anything else a close.
+			if _, fb, herr := readHead(c, nil, time.Now().Add(peekTimeout)); fb.kind == headHTTP && herr == nil {
+				writeDenied(c, j.Decision.Reason, d.denyText(what, j), true)
+			}
 		}
 		return
 	}
-	if peeked {
+	if clientFirst {
+		head, fb, herr = readHead(c, nil, time.Now().Add(peekTimeout))
+		peeked = true
 		if d.judgeHead(id, "transparent", c, j, fb, herr, rules) {
 			if fb.kind == headHTTP && herr == nil {
 				reason := d.checkHead(j, fb, herr, rules)
