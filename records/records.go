@@ -11,6 +11,7 @@ import (
 	"time"
 
 	bolt "go.etcd.io/bbolt"
+	"golang.org/x/sys/unix"
 )
 
 var (
@@ -88,6 +89,11 @@ func (s *Store) open(readOnly bool) (*bolt.DB, error) {
 func (s *Store) update(fn func(*bolt.Tx) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	release, err := s.turn(unix.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	defer release()
 	db, err := s.open(false)
 	if err != nil {
 		return err
@@ -102,6 +108,14 @@ func (s *Store) update(fn func(*bolt.Tx) error) error {
 func (s *Store) view(fn func(*bolt.Tx) error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// Take a turn and give it back at once: a writer waiting for its turn holds
+	// back new readers, so readers in a loop cannot starve a run's writes. Readers
+	// already reading finish their one transaction first.
+	release, err := s.turn(unix.LOCK_SH)
+	if err != nil {
+		return err
+	}
+	release()
 	db, err := s.open(true)
 	if err != nil {
 		return err
@@ -111,6 +125,26 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 		err = fmt.Errorf("close records %q: %w", s.path, cerr)
 	}
 	return err
+}
+
+// turn takes the queue lock beside the records file (a blocking flock, so waiters
+// are woken in turn rather than polling) and returns its release.
+func (s *Store) turn(how int) (func(), error) {
+	f, err := os.OpenFile(s.path+".turn", os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open records lock %q: %w", s.path+".turn", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock records %q: %w", s.path+".turn", err)
+	}
+	return func() { f.Close() }, nil
 }
 
 func putJSON(tx *bolt.Tx, bucket []byte, key string, v any) error {

@@ -1,0 +1,212 @@
+package dispatch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/records"
+)
+
+// Spec is one run as a person asked for it.
+type Spec struct {
+	Machine    string   // default "local"
+	PolicyPath string   // "" gets a policy that allows nothing
+	AddHosts   []string // NAME:IP pins for the door's lookups
+	Resolver   string   // DNS server for the door's lookups; "" is the system resolver
+	EgressOpen string   // a reason to run without a wall; recorded
+	Command    []string
+	Dir        string
+	Env        []string
+
+	Stdin          *os.File
+	Stdout, Stderr *os.File
+	// Signals are the signals the caller received; they are forwarded to the run
+	// (SIGWINCH resizes the run's terminal). The caller owns signal handling.
+	Signals <-chan os.Signal
+	// Warn receives warnings meant for the person (stderr).
+	Warn   io.Writer
+	Logger *slog.Logger
+	// OnEvent, if set, sees every event as it is recorded.
+	OnEvent func(door.Event)
+}
+
+// PolicyError is a policy that could not be read or compiled.
+type PolicyError struct{ Err error }
+
+func (e *PolicyError) Error() string { return e.Err.Error() }
+func (e *PolicyError) Unwrap() error { return e.Err }
+
+// teardownTimeout bounds the work done after a run ends: draining the door, flushing
+// events, writing the final record.
+const teardownTimeout = 10 * time.Second
+
+// Run dispatches one run and returns its final record. A run that no carry can wall
+// is refused before anything is spawned: the error is a *carry.Refusal and the
+// record says "refused". The run's own exit status is in the record.
+func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, error) {
+	if len(spec.Command) == 0 {
+		return nil, errors.New("no command to run: give it after --, e.g. postern run -- claude")
+	}
+	if spec.Machine == "" {
+		spec.Machine = machine.Local
+	}
+	if spec.Logger == nil {
+		spec.Logger = slog.New(slog.DiscardHandler)
+	}
+	if spec.Warn == nil {
+		spec.Warn = io.Discard
+	}
+	pol, err := loadPolicy(spec.PolicyPath)
+	if err != nil {
+		return nil, &PolicyError{err}
+	}
+	pins, err := parsePins(spec.AddHosts)
+	if err != nil {
+		return nil, &PolicyError{err}
+	}
+	m, err := store.Machine(spec.Machine)
+	if err != nil {
+		if errors.Is(err, records.ErrNotFound) {
+			return nil, fmt.Errorf("machine %q is not known: add it with 'postern machine add %s --ssh DEST', or use --machine local", spec.Machine, spec.Machine)
+		}
+		return nil, err
+	}
+	rec, err := store.Record(m.Name)
+	if err != nil && !errors.Is(err, records.ErrNotFound) {
+		return nil, err
+	}
+	goos := ""
+	if rec != nil {
+		goos = rec.OS
+	}
+	run := &records.Run{
+		ID:               newID(),
+		Machine:          m.Name,
+		Lane:             m.Lane(goos),
+		Command:          spec.Command,
+		Dir:              spec.Dir,
+		Policy:           policyName(pol),
+		Mode:             pol.Mode.String(),
+		EgressOpenReason: strings.TrimSpace(spec.EgressOpen),
+		StartedAt:        time.Now().UTC(),
+		Pid:              os.Getpid(),
+		PidStart:         processStart(os.Getpid()),
+	}
+	kernel := ""
+	if m.IsLocal() {
+		kernel = kernelRelease()
+	}
+	c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, EgressOpen: spec.EgressOpen, Kernel: kernel})
+	if err != nil {
+		return refuse(store, run, err)
+	}
+	run.Carry = string(c)
+	if !m.IsLocal() {
+		return refuse(store, run, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
+			AtRunTime: "runs on remote machines are not available in this build",
+			Fix:       "run on --machine local"})
+	}
+	run.State = records.StateRunning
+	if err := store.PutRun(run); err != nil {
+		return nil, err
+	}
+	var code int
+	switch c {
+	case carry.None:
+		fmt.Fprintf(spec.Warn, "postern: WARNING: run %s has an OPEN network (no wall, no door): --egress-open %q; this is recorded\n", run.ID, run.EgressOpenReason)
+		code, err = runOpen(ctx, spec)
+	case carry.NetworkWall:
+		code, err = runWalled(ctx, store, run, spec, pol, pins)
+	default:
+		err = &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec), AtRunTime: fmt.Sprintf("carry %s is not available on this machine's platform", c), Fix: "run on a Linux machine"}
+	}
+	return finish(ctx, store, run, code, err)
+}
+
+func measuredAt(rec *probe.Record) time.Time {
+	if rec == nil {
+		return time.Time{}
+	}
+	return rec.MeasuredAt
+}
+
+func refuse(store *records.Store, run *records.Run, err error) (*records.Run, error) {
+	run.State = records.StateRefused
+	run.Carry = string(carry.None)
+	run.EndedAt = time.Now().UTC()
+	run.Why = err.Error()
+	if perr := store.PutRun(run); perr != nil {
+		return run, errors.Join(err, perr)
+	}
+	return run, err
+}
+
+func finish(ctx context.Context, store *records.Store, run *records.Run, code int, err error) (*records.Run, error) {
+	run.EndedAt = time.Now().UTC()
+	var ref *carry.Refusal
+	switch {
+	case errors.As(err, &ref):
+		run.State = records.StateRefused
+		run.Why = err.Error()
+	case err != nil:
+		run.State = records.StateFailed
+		run.Why = err.Error()
+	default:
+		run.State = records.StateExited
+		run.ExitCode = &code
+		if code > 128 && code < 128+65 {
+			run.Why = "ended by signal " + syscall.Signal(code-128).String()
+		}
+	}
+	if perr := store.PutRun(run); perr != nil {
+		return run, errors.Join(err, perr)
+	}
+	return run, err
+}
+
+func loadPolicy(path string) (*policy.Policy, error) {
+	if path == "" {
+		return policy.Nothing(), nil
+	}
+	return policy.Load(path)
+}
+
+func policyName(p *policy.Policy) string {
+	if p.Source == "" {
+		return "(none)"
+	}
+	return p.Source
+}
+
+func parsePins(specs []string) (map[string][]netip.Addr, error) {
+	pins := map[string][]netip.Addr{}
+	for _, s := range specs {
+		name, addr, err := door.ParseAddHost(s)
+		if err != nil {
+			return nil, err
+		}
+		pins[name] = append(pins[name], addr)
+	}
+	return pins, nil
+}
+
+func newID() string {
+	var b [3]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102-150405") + "-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,99 @@
+package dispatch
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+	"golang.org/x/term"
+)
+
+// terminal gives a run its own pseudo-terminal instead of the person's: the run
+// cannot reach the person's terminal (no TIOCSTI into the shell that started
+// postern), yet sees a real terminal with the person's size, and keys such as Ctrl-C
+// and Ctrl-Z act inside the run.
+type terminal struct {
+	host     *os.File // the person's terminal (stdin)
+	out      *os.File
+	master   *os.File
+	slave    *os.File
+	oldState *term.State
+	wg       sync.WaitGroup
+	once     sync.Once
+}
+
+func isTerminal(f *os.File) bool { return f != nil && term.IsTerminal(int(f.Fd())) }
+
+func openTerminal(host, out *os.File) (*terminal, error) {
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open a pseudo-terminal for the run: %w", err)
+	}
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		master.Close()
+		return nil, fmt.Errorf("unlock pseudo-terminal: %w", err)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		master.Close()
+		return nil, fmt.Errorf("name pseudo-terminal: %w", err)
+	}
+	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		master.Close()
+		return nil, fmt.Errorf("open pseudo-terminal /dev/pts/%d: %w", n, err)
+	}
+	t := &terminal{host: host, out: out, master: master, slave: slave}
+	t.resize()
+	return t, nil
+}
+
+// start puts the person's terminal in raw mode and copies keys in and output out.
+// The run holds the slave side from here on.
+func (t *terminal) start() error {
+	st, err := term.MakeRaw(int(t.host.Fd()))
+	if err != nil {
+		return fmt.Errorf("set the terminal raw: %w", err)
+	}
+	t.oldState = st
+	t.slave.Close()
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		// Ends when the run's side of the terminal closes (EIO on the master).
+		_, _ = io.Copy(t.out, t.master)
+	}()
+	// Keys: this copy blocks reading the person's terminal and cannot be woken
+	// portably, so it is left to end with the process; it writes only to master,
+	// which close() closes.
+	go func() { _, _ = io.Copy(t.master, t.host) }()
+	return nil
+}
+
+// resize copies the person's terminal size to the run's.
+func (t *terminal) resize() {
+	ws, err := unix.IoctlGetWinsize(int(t.host.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return
+	}
+	_ = unix.IoctlSetWinsize(int(t.master.Fd()), unix.TIOCSWINSZ, ws)
+}
+
+// wait waits until the run's output has all been copied out.
+func (t *terminal) wait() { t.wg.Wait() }
+
+func (t *terminal) close() error {
+	var err error
+	t.once.Do(func() {
+		if t.oldState != nil {
+			err = term.Restore(int(t.host.Fd()), t.oldState)
+		}
+		err = errors.Join(err, t.master.Close())
+		_ = t.slave.Close()
+	})
+	return err
+}
