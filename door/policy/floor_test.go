@@ -161,3 +161,35 @@ func TestPrivate(t *testing.T) {
 		}
 	}
 }
+
+// FuzzFloorHolds: for any address at all, a policy that lists every address
+// in allow_cidrs, in either mode, denies exactly the floored ones.
+func FuzzFloorHolds(f *testing.F) {
+	f.Add([]byte{127, 0, 0, 1})
+	f.Add(netip.MustParseAddr("64:ff9b::a9fe:a9fe").AsSlice())
+	f.Add(netip.MustParseAddr("2001:0:4136:e378:8000:63bf:80ff:fffe").AsSlice())
+	enforce, err := Parse("e.hcl", []byte(`allow = ["x.test"]
+allow_cidrs = ["0.0.0.0/0", "::/0"]`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	observe, err := Parse("o.hcl", []byte(`mode = "observe"`))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		a, ok := netip.AddrFromSlice(b)
+		if !ok {
+			return
+		}
+		_, floored := Floor(a)
+		for _, p := range []*Policy{enforce, observe} {
+			for _, name := range []string{"", "x.test"} {
+				d := p.DecideAddr(a, 443, name)
+				if floored != (d.Verdict == Deny) || floored != d.Floor {
+					t.Fatalf("%s mode %v name %q: floored=%v decision %+v", a, p.Mode, name, floored, d)
+				}
+			}
+		}
+	})
+}
