@@ -22,6 +22,15 @@ const (
 	portsSetName  = "policy_ports"
 )
 
+// The run's own addresses besides 127.0.0.1 and ::1, on lo: 127.0.0.2 and a
+// unique local address spelling "postern". They exist so that programs asking
+// getaddrinfo for AI_ADDRCONFIG see both families configured; the rules treat
+// them as loopback.
+var (
+	runAddr4 = netip.MustParseAddr("127.0.0.2")
+	runAddr6 = netip.MustParseAddr("fd70:6f73:7465:726e::1")
+)
+
 // ErrBadRuleConfig means a RuleConfig cannot be turned into rules.
 var ErrBadRuleConfig = errors.New("invalid wall rule configuration")
 
@@ -125,6 +134,10 @@ func buildRuleset(c RuleConfig) (*ruleset, error) {
 			text:  "ip6 daddr ::1 return",
 			exprs: concat(ip6Daddr(netip.MustParsePrefix("::1/128")), verdict(expr.VerdictReturn)),
 		},
+		{
+			text:  fmt.Sprintf("ip6 daddr %s return", runAddr6),
+			exprs: concat(ip6Daddr(netip.PrefixFrom(runAddr6, 128)), verdict(expr.VerdictReturn)),
+		},
 	}
 	switch len(ports) {
 	case 0:
@@ -162,6 +175,10 @@ func buildRuleset(c RuleConfig) (*ruleset, error) {
 		{
 			text:  "ip6 daddr ::1 accept",
 			exprs: concat(ip6Daddr(netip.MustParsePrefix("::1/128")), verdict(expr.VerdictAccept)),
+		},
+		{
+			text:  fmt.Sprintf("ip6 daddr %s accept", runAddr6),
+			exprs: concat(ip6Daddr(netip.PrefixFrom(runAddr6, 128)), verdict(expr.VerdictAccept)),
 		},
 		{
 			text:  "meta l4proto tcp reject with tcp reset",

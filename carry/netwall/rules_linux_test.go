@@ -67,7 +67,10 @@ type recordingConn struct {
 	flushes int
 }
 
-func (c *recordingConn) AddTable(t *nftables.Table) *nftables.Table { c.tables = append(c.tables, t); return t }
+func (c *recordingConn) AddTable(t *nftables.Table) *nftables.Table {
+	c.tables = append(c.tables, t)
+	return t
+}
 func (c *recordingConn) AddChain(ch *nftables.Chain) *nftables.Chain {
 	c.chains = append(c.chains, ch)
 	return ch
@@ -80,8 +83,11 @@ func (c *recordingConn) AddSet(s *nftables.Set, e []nftables.SetElement) error {
 	c.sets[s.Name] = e
 	return nil
 }
-func (c *recordingConn) AddRule(r *nftables.Rule) *nftables.Rule { c.rules = append(c.rules, r); return r }
-func (c *recordingConn) Flush() error                            { c.flushes++; return nil }
+func (c *recordingConn) AddRule(r *nftables.Rule) *nftables.Rule {
+	c.rules = append(c.rules, r)
+	return r
+}
+func (c *recordingConn) Flush() error { c.flushes++; return nil }
 
 func TestApplyIsOneTransaction(t *testing.T) {
 	rs, err := buildRuleset(RuleConfig{Ports: []uint16{80, 443, 80}, TransparentPort: 1000, DNSPort: 1001})
@@ -98,7 +104,7 @@ func TestApplyIsOneTransaction(t *testing.T) {
 	if got := len(c.sets[portsSetName]); got != 2 {
 		t.Errorf("set %s has %d elements, want 2 (80 and 443, deduplicated)", portsSetName, got)
 	}
-	if got, want := len(c.rules), 5+4; got != want {
+	if got, want := len(c.rules), 6+5; got != want {
 		t.Errorf("apply queued %d rules, want %d", got, want)
 	}
 }

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 }
 
 // testDial connects to addr and reports the outcome on stdout: "connected",
-// "refused" or the error.
+// "refused", "denied" or the error.
 func testDial(network, addr string) int {
 	d := net.Dialer{Timeout: 3 * time.Second}
 	c, err := d.Dial(network, addr)
@@ -57,6 +57,10 @@ func testDial(network, addr string) int {
 		return 0
 	case errors.Is(err, syscall.ECONNREFUSED):
 		fmt.Println("refused")
+		return 1
+	case errors.Is(err, syscall.EPERM):
+		// A packet dropped on output fails the send itself.
+		fmt.Println("denied")
 		return 1
 	default:
 		fmt.Println("error:", err)

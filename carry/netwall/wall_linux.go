@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -74,6 +75,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if cfg.Env == nil {
 		cfg.Env = os.Environ()
 	}
+	cfg.Env = dedupEnv(cfg.Env)
 	if cfg.Dir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -354,4 +356,21 @@ func (w *Wall) Close() error {
 		closeListeners(w.lis)
 	})
 	return nil
+}
+
+// dedupEnv keeps the last value of each variable, as os/exec does.
+func dedupEnv(env []string) []string {
+	last := make(map[string]int, len(env))
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		last[k] = i
+	}
+	out := make([]string, 0, len(last))
+	for i, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if last[k] == i {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

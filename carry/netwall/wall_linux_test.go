@@ -1,0 +1,604 @@
+package netwall
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/door"
+)
+
+// asUserEnv is set when TestWallUnprivileged re-runs this binary as an
+// unprivileged uid: the wall tests then run without root, as the product does.
+const asUserEnv = "POSTERN_TEST_AS_USER"
+
+// fakeIP is what the test DNS answers for every name.
+const fakeIP = "198.18.0.7"
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() == 0 || os.Getenv(asUserEnv) == "1" {
+		return
+	}
+	if os.Getenv("POSTERN_REQUIRE_PRIVILEGED") == "1" {
+		t.Fatal("needs root (POSTERN_REQUIRE_PRIVILEGED=1 forbids skipping)")
+	}
+	t.Skip("needs root")
+}
+
+// testDoor serves a wall's listeners as a minimal door: the transparent
+// listener answers each connection with its original destination as an HTTP
+// body; DNS answers every A query with fakeIP.
+type testDoor struct {
+	mu       sync.Mutex
+	origDsts []netip.AddrPort
+	queries  []string // "udp example.com." / "tcp example.com."
+
+	wg      sync.WaitGroup
+	servers []*dns.Server
+}
+
+func serveDoor(t *testing.T, lis door.Listeners) *testDoor {
+	t.Helper()
+	d := &testDoor{}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		for {
+			c, err := lis.Transparent.Accept()
+			if err != nil {
+				return
+			}
+			d.wg.Add(1)
+			go func() {
+				defer d.wg.Done()
+				d.answer(c.(*net.TCPConn))
+			}()
+		}
+	}()
+	for _, srv := range []*dns.Server{
+		{PacketConn: lis.DNSUDP, Handler: d.dnsHandler("udp")},
+		{Listener: lis.DNSTCP, Handler: d.dnsHandler("tcp")},
+	} {
+		started := make(chan struct{})
+		srv.NotifyStartedFunc = func() { close(started) }
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			_ = srv.ActivateAndServe()
+		}()
+		<-started
+		d.servers = append(d.servers, srv)
+	}
+	t.Cleanup(func() {
+		for _, s := range d.servers {
+			_ = s.Shutdown()
+		}
+		lis.Transparent.Close()
+		d.wg.Wait()
+	})
+	return d
+}
+
+func (d *testDoor) answer(c *net.TCPConn) {
+	defer c.Close()
+	dst, err := door.OriginalDst(c)
+	body := dst.String()
+	if err != nil {
+		body = "no original destination: " + err.Error()
+	} else {
+		d.mu.Lock()
+		d.origDsts = append(d.origDsts, dst)
+		d.mu.Unlock()
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	for { // read the request head so closing does not reset the client
+		line, err := br.ReadString('\n')
+		if err != nil || line == "\r\n" {
+			break
+		}
+	}
+	fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+}
+
+func (d *testDoor) dnsHandler(network string) dns.HandlerFunc {
+	return func(w dns.ResponseWriter, r *dns.Msg) {
+		m := new(dns.Msg)
+		m.SetReply(r)
+		for _, q := range r.Question {
+			d.mu.Lock()
+			d.queries = append(d.queries, network+" "+q.Name)
+			d.mu.Unlock()
+			if q.Qtype == dns.TypeA {
+				rr, _ := dns.NewRR(q.Name + " 60 IN A " + fakeIP)
+				m.Answer = append(m.Answer, rr)
+			}
+		}
+		_ = w.WriteMsg(m)
+	}
+}
+
+func (d *testDoor) seen() ([]netip.AddrPort, []string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]netip.AddrPort(nil), d.origDsts...), append([]string(nil), d.queries...)
+}
+
+type runResult struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+	door           *testDoor
+}
+
+// runWalled raises a wall around argv with ports, serves it with a testDoor,
+// runs argv to its end and tears everything down.
+func runWalled(t *testing.T, ports []uint16, argv ...string) runResult {
+	t.Helper()
+	return runSpec(t, Spec{Command: argv, Ports: ports}, nil)
+}
+
+func runSpec(t *testing.T, spec Spec, during func(w *Wall)) runResult {
+	t.Helper()
+	dir := t.TempDir()
+	stdout, err := os.Create(filepath.Join(dir, "stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	stderr, err := os.Create(filepath.Join(dir, "stderr"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	if spec.Stdout == nil {
+		spec.Stdout = stdout
+	}
+	if spec.Stderr == nil {
+		spec.Stderr = stderr
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w, err := Raise(ctx, spec)
+	if err != nil {
+		t.Fatalf("Raise(%q): %v", spec.Command, err)
+	}
+	defer w.Close()
+	d := serveDoor(t, w.Listeners())
+	start := time.Now()
+	if err := w.Start(); err != nil {
+		t.Fatalf("Start(%q): %v", spec.Command, err)
+	}
+	if during != nil {
+		during(w)
+	}
+	code, err := w.Wait()
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("Wait(%q): %v", spec.Command, err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := os.ReadFile(stdout.Name())
+	errOut, _ := os.ReadFile(stderr.Name())
+	r := runResult{code: code, stdout: strings.TrimSpace(string(out)), stderr: strings.TrimSpace(string(errOut)), took: took, door: d}
+	t.Logf("%q -> exit %d in %v; stdout %q; stderr %q", spec.Command, r.code, took.Round(time.Millisecond), r.stdout, r.stderr)
+	return r
+}
+
+func TestWall(t *testing.T) {
+	requireRoot(t)
+
+	t.Run("transparent-v4", func(t *testing.T) {
+		r := runWalled(t, []uint16{80, 443}, "curl", "-sS", "--max-time", "5", "http://192.0.2.1:443/")
+		if r.code != 0 || r.stdout != "192.0.2.1:443" {
+			t.Fatalf("curl through the wall: exit %d, body %q, stderr %q; want exit 0, body 192.0.2.1:443", r.code, r.stdout, r.stderr)
+		}
+		if dsts, _ := r.door.seen(); len(dsts) != 1 || dsts[0] != netip.MustParseAddrPort("192.0.2.1:443") {
+			t.Fatalf("door saw original destinations %v, want [192.0.2.1:443]", dsts)
+		}
+	})
+
+	t.Run("transparent-v6", func(t *testing.T) {
+		r := runWalled(t, []uint16{443}, "curl", "-sS", "-g", "--max-time", "5", "http://[2001:db8::1]:443/")
+		if r.code != 0 || r.stdout != "[2001:db8::1]:443" {
+			t.Fatalf("curl over IPv6 through the wall: exit %d, body %q, stderr %q", r.code, r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("dns-any-server", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"@127.0.0.53", "allowed.example"},
+			{"@192.0.2.53", "other.example"},
+			{"@192.0.2.53", "+tcp", "tcp.example"},
+			{"@2001:db8::53", "six.example"},
+		} {
+			argv := append([]string{"dig", "+short", "+time=2", "+tries=1"}, args...)
+			r := runWalled(t, nil, argv...)
+			if r.code != 0 || r.stdout != fakeIP {
+				t.Errorf("%q: exit %d, answer %q; want the door's %s", argv, r.code, r.stdout, fakeIP)
+			}
+		}
+		// The system resolver as configured in resolv.conf, whatever it names.
+		r := runWalled(t, nil, "getent", "ahostsv4", "libc.example")
+		if r.code != 0 || !strings.HasPrefix(r.stdout, fakeIP) {
+			t.Errorf("getent through resolv.conf: exit %d, %q; want %s", r.code, r.stdout, fakeIP)
+		}
+		_, queries := r.door.seen()
+		if len(queries) == 0 || !strings.Contains(strings.Join(queries, " "), "libc.example.") {
+			t.Errorf("door saw queries %v, want libc.example.", queries)
+		}
+	})
+
+	t.Run("non-policy-port-reset", func(t *testing.T) {
+		r := runWalled(t, []uint16{443}, "curl", "-sS", "--max-time", "5", "http://192.0.2.1:8080/")
+		if r.code != 7 {
+			t.Fatalf("curl to a port outside the policy: exit %d, stderr %q; want exit 7 (could not connect)", r.code, r.stderr)
+		}
+		if r.took > 2*time.Second {
+			t.Fatalf("refusal took %v; a reset must be immediate", r.took)
+		}
+		for _, addr := range []string{"192.0.2.1:8080", "[2001:db8::1]:22", "10.1.2.3:443"} {
+			ports := []uint16{443}
+			if addr == "10.1.2.3:443" {
+				ports = nil // 443 is not in this policy
+			}
+			r := runWalled(t, ports, "/proc/self/exe", testDialArg, "tcp", addr)
+			if r.stdout != "refused" && r.stdout != "denied" {
+				t.Errorf("TCP to %s outside the policy: %q, want an immediate refusal", addr, r.stdout)
+			}
+		}
+	})
+
+	t.Run("udp-other-port-refused", func(t *testing.T) {
+		for _, addr := range []string{"192.0.2.1:9999", "[2001:db8::1]:123"} {
+			r := runWalled(t, nil, "/proc/self/exe", testDialArg, "udp", addr)
+			if r.stdout != "refused" && r.stdout != "denied" {
+				t.Errorf("UDP to %s: %q, want an immediate refusal", addr, r.stdout)
+			}
+		}
+	})
+
+	t.Run("loopback-servers-work", func(t *testing.T) {
+		r := runWalled(t, []uint16{8443}, "sh", "-c",
+			`socat TCP-LISTEN:8443,bind=127.0.0.1,reuseaddr SYSTEM:'echo local-server' & sleep 0.3; socat -T2 - TCP:127.0.0.1:8443 </dev/null`)
+		if r.stdout != "local-server" {
+			t.Fatalf("a server of the run on 127.0.0.1:8443: got %q (stderr %q), want local-server", r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("no-capabilities", func(t *testing.T) {
+		r := runWalled(t, nil, "grep", "-E", "^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs)", "/proc/self/status")
+		for _, want := range []string{"CapInh:\t0000000000000000", "CapPrm:\t0000000000000000", "CapEff:\t0000000000000000",
+			"CapBnd:\t0000000000000000", "CapAmb:\t0000000000000000", "NoNewPrivs:\t1"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("/proc/self/status inside lacks %q:\n%s", want, r.stdout)
+			}
+		}
+	})
+
+	t.Run("cannot-escape", func(t *testing.T) {
+		for _, tc := range []struct {
+			argv []string
+			want string
+		}{
+			{[]string{"nft", "flush", "ruleset"}, "Operation not permitted"},
+			{[]string{"ip", "link", "add", "pw0", "type", "dummy"}, "Operation not permitted"},
+			{[]string{"ip", "route", "del", "default"}, "Operation not permitted"},
+			{[]string{"nsenter", "--net=/proc/1/ns/net", "true"}, "nsenter: "},
+			{[]string{"nsenter", "--net=/proc/self/ns/net", "true"}, "Operation not permitted"},
+			{[]string{"kill", "-9", strconv.Itoa(os.Getpid())}, "No such process"},
+		} {
+			r := runWalled(t, []uint16{443}, tc.argv...)
+			if r.code == 0 || !strings.Contains(r.stderr, tc.want) {
+				t.Errorf("%q inside the wall: exit %d, stderr %q; want failure with %q", tc.argv, r.code, r.stderr, tc.want)
+			}
+		}
+		// The rules are still there, as the host sees them.
+		if os.Geteuid() == 0 {
+			w, err := Raise(context.Background(), Spec{Command: []string{"sh", "-c", "nft flush ruleset; sleep 30"}, Ports: []uint16{443}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if err := w.Start(); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+			out, err := exec.Command("nsenter", "-t", strconv.Itoa(w.Pid()), "-U", "-n", "nft", "list", "ruleset").CombinedOutput()
+			if err != nil {
+				t.Fatalf("nsenter nft list ruleset: %v: %s", err, out)
+			}
+			tport := w.Listeners().Transparent.Addr().(*net.TCPAddr).Port
+			if !strings.Contains(string(out), fmt.Sprintf("tcp dport 443 redirect to :%d", tport)) {
+				t.Errorf("ruleset in the run's namespace lacks the redirect to :%d:\n%s", tport, out)
+			}
+		}
+	})
+
+	t.Run("private-tmp-and-run", func(t *testing.T) {
+		hostFile, err := os.CreateTemp("/tmp", "postern-wall-host-*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostFile.Close()
+		defer os.Remove(hostFile.Name())
+		sock := filepath.Join("/tmp", fmt.Sprintf("postern-wall-%d.sock", os.Getpid()))
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		go func() {
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				c.Write([]byte("host-socket\n"))
+				c.Close()
+			}
+		}()
+		script := fmt.Sprintf(`test -e %s && echo host-file-visible; `+
+			`socat -T1 - UNIX-CONNECT:%s </dev/null 2>/dev/null; `+
+			`echo run-entries=$(ls -A /run | wc -l); echo tmp-entries=$(ls -A /tmp); `+
+			`test -e /proc/%d && echo host-pid-visible; echo end`, hostFile.Name(), sock, os.Getpid())
+		r := runWalled(t, nil, "sh", "-c", script)
+		for _, bad := range []string{"host-file-visible", "host-socket", "host-pid-visible"} {
+			if strings.Contains(r.stdout, bad) {
+				t.Errorf("the run reached the host's /tmp or processes: %q", r.stdout)
+			}
+		}
+		// /tmp is empty but for the way to the run's own working directory.
+		tmpWant := "tmp-entries="
+		if wd, _ := os.Getwd(); strings.HasPrefix(wd, "/tmp/") {
+			tmpWant += strings.Split(wd, "/")[2]
+		}
+		for _, want := range []string{"run-entries=0", tmpWant + "\n"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("inside the wall: %q, want %s", r.stdout, want)
+			}
+		}
+	})
+
+	t.Run("cwd-and-home-kept", func(t *testing.T) {
+		dir := t.TempDir() // under /tmp, which the run gets fresh
+		if err := os.WriteFile(filepath.Join(dir, "marker"), []byte("kept\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		env := append(os.Environ(), "HOME="+dir)
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", `pwd; cat marker; cat "$HOME/marker"; echo made > out`}, Dir: dir, Env: env}, nil)
+		if r.stdout != dir+"\nkept\nkept" {
+			t.Fatalf("inside the wall: %q, want the working dir and its file", r.stdout)
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, "out")); err != nil || string(b) != "made\n" {
+			t.Fatalf("a file the run wrote in its working dir: %q, %v", b, err)
+		}
+	})
+
+	t.Run("background-processes-die", func(t *testing.T) {
+		var pidns string
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", "sleep 1000 & sleep 1000 & echo started"}}, func(w *Wall) {
+			pidns, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", w.Pid()))
+		})
+		if r.code != 0 || r.stdout != "started" {
+			t.Fatalf("exit %d, %q", r.code, r.stdout)
+		}
+		if pidns == "" {
+			t.Fatal("could not read the run's pid namespace")
+		}
+		if left := processesIn("pid", pidns); len(left) > 0 {
+			t.Fatalf("processes of the run's %s outlived it: %v", pidns, left)
+		}
+	})
+
+	t.Run("exit-status", func(t *testing.T) {
+		for _, tc := range []struct {
+			argv []string
+			want int
+		}{
+			{[]string{"sh", "-c", "exit 3"}, 3},
+			{[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15},
+			{[]string{"sh", "-c", "kill -KILL $$"}, 128 + 9},
+			{[]string{"no-such-command-postern"}, 127},
+			{[]string{"true"}, 0},
+		} {
+			if r := runWalled(t, nil, tc.argv...); r.code != tc.want {
+				t.Errorf("%q: exit %d, want %d (stderr %q)", tc.argv, r.code, tc.want, r.stderr)
+			}
+		}
+	})
+
+	t.Run("signal-forwarded", func(t *testing.T) {
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", "trap 'echo got-term; exit 42' TERM; echo ready; while :; do sleep 0.05; done"}}, func(w *Wall) {
+			time.Sleep(300 * time.Millisecond)
+			if err := w.Signal(syscall.SIGTERM); err != nil {
+				t.Error(err)
+			}
+		})
+		if r.code != 42 || !strings.Contains(r.stdout, "got-term") {
+			t.Fatalf("after Signal(SIGTERM): exit %d, %q; want the trap's exit 42", r.code, r.stdout)
+		}
+		r = runSpec(t, Spec{Command: []string{"sleep", "100"}}, func(w *Wall) {
+			time.Sleep(100 * time.Millisecond)
+			if err := w.Signal(syscall.SIGINT); err != nil {
+				t.Error(err)
+			}
+		})
+		if r.code != 128+2 {
+			t.Fatalf("sleep after Signal(SIGINT): exit %d, want 130", r.code)
+		}
+	})
+
+	t.Run("tty", func(t *testing.T) {
+		master, slave := openPTY(t)
+		spec := Spec{Command: []string{"sh", "-c", "exec </dev/null; echo on-ctty > /dev/tty"}, Stdin: slave, TTY: true}
+		done := make(chan string, 1)
+		go func() {
+			b, _ := io.ReadAll(io.LimitReader(master, 64))
+			done <- string(b)
+		}()
+		master.SetReadDeadline(time.Now().Add(10 * time.Second))
+		r := runSpec(t, spec, nil)
+		slave.Close()
+		if r.code != 0 {
+			t.Fatalf("writing /dev/tty inside: exit %d, stderr %q (no controlling terminal?)", r.code, r.stderr)
+		}
+		if got := <-done; !strings.Contains(got, "on-ctty") {
+			t.Fatalf("pty master read %q, want on-ctty", got)
+		}
+	})
+}
+
+// processesIn lists host pids whose namespace of kind (pid, net) is ns.
+func processesIn(kind, ns string) []string {
+	var out []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		if l, err := os.Readlink(filepath.Join("/proc", e.Name(), "ns", kind)); err == nil && l == ns {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+func openPTY(t *testing.T) (master, slave *os.File) {
+	t.Helper()
+	mfd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatalf("open /dev/ptmx: %v", err)
+	}
+	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlock pty: %v", err)
+	}
+	n, err := unix.IoctlGetInt(mfd, unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("pty number: %v", err)
+	}
+	master = os.NewFile(uintptr(mfd), "ptmx")
+	slave, err = os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("open pty slave: %v", err)
+	}
+	t.Cleanup(func() { master.Close(); slave.Close() })
+	return master, slave
+}
+
+func TestRaiseRefusesWithRemedy(t *testing.T) {
+	requireRoot(t)
+	if os.Getenv("POSTERN_TEST_NO_USERNS") == "1" {
+		// Inside a user namespace whose user.max_user_namespaces is 0.
+		_, err := Raise(context.Background(), Spec{Command: []string{"true"}})
+		var ke *KernelError
+		if !errors.As(err, &ke) {
+			t.Fatalf("Raise where user namespaces are limited to 0: %v, want *KernelError", err)
+		}
+		if ke.Step != StepUserns || !errors.Is(err, syscall.ENOSPC) || !strings.Contains(ke.Remedy, "user.max_user_namespaces") {
+			t.Fatalf("KernelError{Step: %q, Err: %v, Remedy: %q}; want step userns, ENOSPC, a remedy naming user.max_user_namespaces", ke.Step, ke.Err, ke.Remedy)
+		}
+		t.Logf("refusal reads: %v", err)
+		return
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "--user", "--map-root-user", "sh", "-c",
+		`echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -test.run '^TestRaiseRefusesWithRemedy$' -test.v`, self)
+	cmd.Env = append(os.Environ(), "POSTERN_TEST_NO_USERNS=1", "POSTERN_REQUIRE_PRIVILEGED=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestRaiseRefusesWithRemedy") {
+		t.Fatalf("nested run: %v\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}
+
+func TestWallUnprivileged(t *testing.T) {
+	if os.Getenv(asUserEnv) == "1" {
+		t.Skip("already the unprivileged run")
+	}
+	if os.Geteuid() != 0 {
+		// Not root: TestWall itself is the unprivileged run when userns allows it.
+		requireRoot(t)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "postern-wall-unpriv-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "netwall.test")
+	if err := copyFile(self, bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const nobody = 65534
+	home := filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run", "^(TestWall|TestRaiseRefusesWithRemedy)$", "-test.v", "-test.count=1")
+	cmd.Dir = home
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" + home, "TMPDIR=" + home,
+		asUserEnv + "=1", "POSTERN_REQUIRE_PRIVILEGED=1"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	out, err := cmd.CombinedOutput()
+	t.Logf("as uid %d:\n%s", nobody, out)
+	if err != nil {
+		t.Fatalf("the wall tests as uid %d failed: %v", nobody, err)
+	}
+	for _, want := range []string{"--- PASS: TestWall ", "--- PASS: TestRaiseRefusesWithRemedy "} {
+		if !strings.Contains(string(out), want) {
+			t.Fatalf("the unprivileged run lacks %q", want)
+		}
+	}
+	if strings.Contains(string(out), "--- SKIP") {
+		t.Fatal("the unprivileged run skipped tests")
+	}
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
