@@ -1,0 +1,306 @@
+//go:build linux
+
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/internal/testhosts"
+)
+
+// Config says what to measure and how much. Zero values take the defaults.
+type Config struct {
+	// Postern is the built postern binary; "" builds ./cmd/postern from the
+	// module root (the working directory).
+	Postern string
+	// BulkBytes per throughput run (default 1 GiB), BulkRuns runs (default 5).
+	BulkBytes int64
+	BulkRuns  int
+	// LatencySamples connections per path (default 2000).
+	LatencySamples int
+	// RPSDuration of each wrk run (default 5s), RPSConns keep-alive
+	// connections (default 16).
+	RPSDuration time.Duration
+	RPSConns    int
+	// IdleTunnels held open at once per proxy (default 10000).
+	IdleTunnels int
+	// Skip names proxies not to run ("squid", "tinyproxy", "door").
+	Skip   []string
+	Logger *slog.Logger
+}
+
+func (c *Config) defaults() {
+	if c.BulkBytes == 0 {
+		c.BulkBytes = 1 << 30
+	}
+	if c.BulkRuns == 0 {
+		c.BulkRuns = 5
+	}
+	if c.LatencySamples == 0 {
+		c.LatencySamples = 2000
+	}
+	if c.RPSDuration == 0 {
+		c.RPSDuration = 5 * time.Second
+	}
+	if c.RPSConns == 0 {
+		c.RPSConns = 16
+	}
+	if c.IdleTunnels == 0 {
+		c.IdleTunnels = 10000
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+}
+
+// PathResult is everything measured on one path.
+type PathResult struct {
+	Name       string
+	Err        string // why the path was not (fully) measured
+	Throughput float64
+	LatP50     time.Duration
+	LatP99     time.Duration
+	RPS        float64
+	RPSErrors  int
+	Idle       *idleResult
+}
+
+// Report is one run's results.
+type Report struct {
+	Config  Config
+	Machine Machine
+	Paths   []PathResult // Paths[0] is direct
+	Elapsed time.Duration
+	Notes   []string
+}
+
+// Machine describes where the run happened.
+type Machine struct {
+	Cores     int
+	Kernel    string
+	Go        string
+	CPU       string
+	MemMiB    int64
+	Squid     string
+	Tinyproxy string
+	Postern   string
+}
+
+// ErrNeedsRoot is returned when the run cannot make test hosts.
+var ErrNeedsRoot = testhosts.ErrNeedsRoot
+
+// Run measures every path in turn and returns the report. It needs root (test
+// hosts, the file limit). All traffic stays on loopback and the lab's veth
+// links.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	cfg.defaults()
+	log := cfg.Logger
+	started := time.Now()
+	if os.Geteuid() != 0 {
+		return nil, ErrNeedsRoot
+	}
+	// 10,000 tunnels hold 20,000 sockets here (client and upstream ends) and
+	// as many in the proxy: raise the limit, for us and the proxies we start.
+	rep := &Report{Config: cfg}
+	limit, err := raiseFileLimit(1 << 17)
+	if err != nil {
+		return nil, err
+	}
+	// Each tunnel costs the proxy two descriptors; keep some for listeners,
+	// logs and the upstream side.
+	if most := (int(limit) - 300) / 2; cfg.IdleTunnels > most {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("idle tunnels capped at %d (asked %d): the open-file hard limit is %d and cannot be raised here (no CAP_SYS_RESOURCE), and each tunnel holds two descriptors in the proxy", most, cfg.IdleTunnels, limit))
+		cfg.IdleTunnels = most
+		rep.Config.IdleTunnels = most
+	}
+
+	dir, err := os.MkdirTemp("", "postern-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil { // squid and tinyproxy drop to nobody/proxy
+		return nil, err
+	}
+
+	bin := cfg.Postern
+	if bin == "" && !skipped(cfg.Skip, "door") {
+		bin = filepath.Join(dir, "postern")
+		log.Info("building postern", "out", bin)
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/postern").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("build postern (run from the module root, or pass the binary): %w: %s", err, out)
+		}
+	}
+
+	lab, err := testhosts.NewLab(ctx, "bench")
+	if err != nil {
+		return nil, err
+	}
+	defer lab.Close()
+	up, err := lab.Host(ctx, "upstream")
+	if err != nil {
+		return nil, err
+	}
+	ns, err := lab.Host(ctx, "ns")
+	if err != nil {
+		return nil, err
+	}
+	// A DNS server for the proxies' own lookups that knows nothing: the
+	// benchmark only uses addresses, and nothing may ask a real resolver.
+	dns, err := ns.ServeDNS(53, nil)
+	if err != nil {
+		return nil, err
+	}
+
+	rep.Machine = describe(bin)
+	type pending struct {
+		name  string
+		start func() (*proxyProc, error)
+	}
+	paths := []*path{{Name: "direct"}}
+	var ports []int
+	plan := []pending{
+		{"door", func() (*proxyProc, error) {
+			return startDoor(ctx, bin, dir, lab.Subnet().String(), dns.Addr.String(), ports)
+		}},
+		{"squid", func() (*proxyProc, error) { return startSquid(ctx, dir, dns.Addr.Addr().String()) }},
+		{"tinyproxy", func() (*proxyProc, error) { return startTinyproxy(ctx, dir) }},
+	}
+	for _, pl := range plan {
+		if !skipped(cfg.Skip, pl.name) {
+			paths = append(paths, &path{Name: pl.name})
+		}
+	}
+	for i, p := range paths {
+		base := 10000 + 10*i
+		ports = append(ports, base, base+1, base+2)
+		if p.bulk, p.echo, p.web, err = upstream(up, base); err != nil {
+			return nil, err
+		}
+	}
+	for _, p := range paths[1:] {
+		for _, pl := range plan {
+			if pl.name != p.Name {
+				continue
+			}
+			pp, err := pl.start()
+			if err != nil {
+				return nil, fmt.Errorf("start %s: %w", pl.name, err)
+			}
+			defer pp.Close()
+			p.proxy = pp
+			if p.Name == "door" {
+				p.Name = "postern door"
+			}
+		}
+	}
+
+	for _, p := range paths {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		res := PathResult{Name: p.Name}
+		var errs []string
+		log.Info("throughput", "path", p.Name, "bytes", cfg.BulkBytes, "runs", cfg.BulkRuns)
+		if res.Throughput, err = throughput(ctx, p, cfg.BulkBytes, cfg.BulkRuns); err != nil {
+			errs = append(errs, err.Error())
+		}
+		log.Info("setup latency", "path", p.Name, "samples", cfg.LatencySamples)
+		if lat, err := setupLatency(ctx, p, cfg.LatencySamples); err != nil {
+			errs = append(errs, err.Error())
+		} else {
+			res.LatP50, res.LatP99 = percentile(lat, 0.50), percentile(lat, 0.99)
+		}
+		log.Info("keep-alive requests", "path", p.Name, "duration", cfg.RPSDuration, "conns", cfg.RPSConns)
+		if res.RPS, res.RPSErrors, err = keepAliveRPS(ctx, p, dir, cfg.RPSDuration, cfg.RPSConns); err != nil {
+			errs = append(errs, err.Error())
+		}
+		if !p.direct() {
+			log.Info("idle tunnels", "path", p.Name, "tunnels", cfg.IdleTunnels)
+			idle, err := idleTunnels(ctx, p, cfg.IdleTunnels, 64)
+			if err != nil {
+				errs = append(errs, err.Error())
+			} else {
+				res.Idle = &idle
+			}
+			// Let the tunnels' sockets close before the next proxy starts.
+			time.Sleep(2 * time.Second)
+		}
+		res.Err = strings.Join(errs, "; ")
+		rep.Paths = append(rep.Paths, res)
+	}
+	rep.Elapsed = time.Since(started)
+	return rep, nil
+}
+
+func skipped(skip []string, name string) bool {
+	for _, s := range skip {
+		if strings.EqualFold(strings.TrimSpace(s), name) {
+			return true
+		}
+	}
+	return false
+}
+
+func describe(postern string) Machine {
+	m := Machine{Cores: runtime.NumCPU(), Go: runtime.Version()}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+				m.CPU = strings.TrimSpace(v)
+				break
+			}
+		}
+	}
+	var si unix.Sysinfo_t
+	if unix.Sysinfo(&si) == nil {
+		m.MemMiB = int64(si.Totalram) * int64(si.Unit) >> 20
+	}
+	first := func(name string, args ...string) string {
+		out, err := exec.Command(name, args...).CombinedOutput()
+		if err != nil && len(out) == 0 {
+			return "unavailable"
+		}
+		line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+		return line
+	}
+	m.Squid = first("squid", "-v")
+	m.Tinyproxy = first("tinyproxy", "-v")
+	if postern != "" {
+		m.Postern = first(postern, "--version")
+	}
+	return m
+}
+
+// raiseFileLimit sets the open-file limit (soft and hard) to want, or, where
+// the hard limit cannot be raised, the soft limit to the hard one. Processes
+// started afterwards inherit it. It returns the limit in force.
+func raiseFileLimit(want uint64) (uint64, error) {
+	lim := unix.Rlimit{Cur: want, Max: want}
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err == nil {
+		return want, nil
+	}
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, fmt.Errorf("read open-file limit: %w", err)
+	}
+	lim.Cur = lim.Max
+	if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		return 0, fmt.Errorf("raise open-file soft limit to %d: %w", lim.Max, err)
+	}
+	return lim.Max, nil
+}

@@ -1,0 +1,330 @@
+//go:build linux
+
+package benchmark
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/postern-dev/postern/internal/testhosts"
+)
+
+// path is one way to reach the upstream servers: directly, or through a proxy.
+// Each path has its own upstream ports, so one path's TIME_WAIT sockets never
+// exhaust the ephemeral ports another path needs.
+type path struct {
+	Name  string
+	proxy *proxyProc // nil: direct
+
+	bulk, echo, web netip.AddrPort
+}
+
+func (p *path) direct() bool { return p.proxy == nil }
+
+// dial opens a byte stream to dst: a TCP connection, or a CONNECT tunnel
+// through the path's proxy.
+func (p *path) dial(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	var d net.Dialer
+	if p.direct() {
+		return d.DialContext(ctx, "tcp", dst.String())
+	}
+	c, err := d.DialContext(ctx, "tcp", p.proxy.Addr)
+	if err != nil {
+		return nil, err
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	target := dst.String()
+	if _, err := io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"); err != nil {
+		c.Close()
+		return nil, err
+	}
+	br := bufio.NewReaderSize(c, 1024)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		c.Close()
+		return nil, fmt.Errorf("connect %s via %s: %w", target, p.Name, err)
+	}
+	if resp.StatusCode != 200 {
+		c.Close()
+		return nil, fmt.Errorf("connect %s via %s: %s", target, p.Name, resp.Status)
+	}
+	if br.Buffered() > 0 {
+		c.Close()
+		return nil, fmt.Errorf("connect %s via %s: proxy sent bytes before the client spoke", target, p.Name)
+	}
+	c.SetDeadline(time.Time{})
+	return c, nil
+}
+
+// throughput fetches size bytes runs times through one tunnel each and returns
+// the median rate in bytes per second.
+func throughput(ctx context.Context, p *path, size int64, runs int) (float64, error) {
+	buf := make([]byte, 256<<10)
+	var rates []float64
+	for i := 0; i < runs; i++ {
+		c, err := p.dial(ctx, p.bulk)
+		if err != nil {
+			return 0, err
+		}
+		start := time.Now()
+		err = fetch(c, buf, size)
+		el := time.Since(start)
+		c.Close()
+		if err != nil {
+			return 0, fmt.Errorf("bulk via %s: %w", p.Name, err)
+		}
+		rates = append(rates, float64(size)/el.Seconds())
+	}
+	slices.Sort(rates)
+	return rates[len(rates)/2], nil
+}
+
+func fetch(c net.Conn, buf []byte, n int64) error {
+	var hdr [8]byte
+	for i := 0; i < 8; i++ {
+		hdr[i] = byte(n >> (56 - 8*i))
+	}
+	if _, err := c.Write(hdr[:]); err != nil {
+		return err
+	}
+	var got int64
+	for got < n {
+		m, err := c.Read(buf)
+		got += int64(m)
+		if err != nil {
+			if errors.Is(err, io.EOF) && got >= n {
+				break
+			}
+			return fmt.Errorf("after %d of %d bytes: %w", got, n, err)
+		}
+	}
+	return nil
+}
+
+// setupLatency measures, n times, a new connection up to the first echoed
+// byte: dial (and CONNECT), send one byte, read it back.
+func setupLatency(ctx context.Context, p *path, n int) ([]time.Duration, error) {
+	one := func() (time.Duration, error) {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		start := time.Now()
+		c, err := p.dial(cctx, p.echo)
+		if err != nil {
+			return 0, err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		var b [1]byte
+		if _, err := c.Write([]byte{'x'}); err != nil {
+			return 0, err
+		}
+		if _, err := io.ReadFull(c, b[:]); err != nil {
+			return 0, err
+		}
+		return time.Since(start), nil
+	}
+	for i := 0; i < n/20+5; i++ { // warm up
+		if _, err := one(); err != nil {
+			return nil, fmt.Errorf("latency via %s: %w", p.Name, err)
+		}
+	}
+	out := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		d, err := one()
+		if err != nil {
+			return nil, fmt.Errorf("latency via %s: %w", p.Name, err)
+		}
+		out = append(out, d)
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+func percentile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q * float64(len(sorted)-1))
+	return sorted[i]
+}
+
+var (
+	wrkRPS    = regexp.MustCompile(`Requests/sec:\s+([0-9.]+)`)
+	wrkNon2xx = regexp.MustCompile(`Non-2xx or 3xx responses:\s+(\d+)`)
+	wrkSock   = regexp.MustCompile(`Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)`)
+)
+
+// keepAliveRPS runs wrk for d with conns keep-alive connections: GET / to the
+// web server directly, or GET http://web/ (absolute URI) to the proxy. It
+// returns requests per second and the count of failed requests.
+func keepAliveRPS(ctx context.Context, p *path, dir string, d time.Duration, conns int) (float64, int, error) {
+	args := []string{"-t1", "-c" + strconv.Itoa(conns), "-d" + strconv.Itoa(int(d.Seconds())) + "s", "--timeout", "5s"}
+	if p.direct() {
+		args = append(args, "http://"+p.web.String()+"/")
+	} else {
+		script := filepath.Join(dir, "wrk-"+strings.ReplaceAll(p.Name, " ", "-")+".lua")
+		src := fmt.Sprintf("wrk.path = %q\nwrk.headers[\"Host\"] = %q\n", "http://"+p.web.String()+"/", p.web.String())
+		if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+			return 0, 0, err
+		}
+		args = append(args, "-s", script, "http://"+p.proxy.Addr+"/")
+	}
+	out, err := exec.CommandContext(ctx, "wrk", args...).CombinedOutput()
+	if err != nil {
+		return 0, 0, fmt.Errorf("wrk via %s: %w: %s", p.Name, err, out)
+	}
+	m := wrkRPS.FindSubmatch(out)
+	if m == nil {
+		return 0, 0, fmt.Errorf("wrk via %s: no Requests/sec in %s", p.Name, out)
+	}
+	rps, _ := strconv.ParseFloat(string(m[1]), 64)
+	bad := 0
+	if m := wrkNon2xx.FindSubmatch(out); m != nil {
+		n, _ := strconv.Atoi(string(m[1]))
+		bad += n
+	}
+	if m := wrkSock.FindSubmatch(out); m != nil {
+		for _, s := range m[1:] {
+			n, _ := strconv.Atoi(string(s))
+			bad += n
+		}
+	}
+	return rps, bad, nil
+}
+
+// idleResult is the memory a proxy spends on idle tunnels.
+type idleResult struct {
+	Tunnels        int
+	Errors         int
+	FirstError     string
+	RSSBefore      int64
+	RSSAfter       int64
+	BytesPerTunnel float64
+	OpenTime       time.Duration
+}
+
+// idleTunnels opens n tunnels through p's proxy to the echo server, proves
+// each with one echoed byte, then measures the proxy's resident memory.
+func idleTunnels(ctx context.Context, p *path, n, workers int) (idleResult, error) {
+	var r idleResult
+	runtimeSettle()
+	before, err := p.proxy.RSS()
+	if err != nil {
+		return r, err
+	}
+	r.RSSBefore = before
+	conns := make([]net.Conn, n)
+	var (
+		next  atomic.Int64
+		errs  atomic.Int64
+		mu    sync.Mutex
+		wg    sync.WaitGroup
+		start = time.Now()
+		first string
+	)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				c, err := func() (net.Conn, error) {
+					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+					defer cancel()
+					c, err := p.dial(cctx, p.echo)
+					if err != nil {
+						return nil, err
+					}
+					c.SetDeadline(time.Now().Add(10 * time.Second))
+					var b [1]byte
+					if _, err := c.Write([]byte{'i'}); err != nil {
+						c.Close()
+						return nil, err
+					}
+					if _, err := io.ReadFull(c, b[:]); err != nil {
+						c.Close()
+						return nil, err
+					}
+					c.SetDeadline(time.Time{})
+					return c, nil
+				}()
+				if err != nil {
+					errs.Add(1)
+					mu.Lock()
+					if first == "" {
+						first = err.Error()
+					}
+					mu.Unlock()
+					continue
+				}
+				conns[i] = c
+			}
+		}()
+	}
+	wg.Wait()
+	r.OpenTime = time.Since(start)
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	r.Errors = int(errs.Load())
+	r.FirstError = first
+	r.Tunnels = n - r.Errors
+	time.Sleep(time.Second) // let the proxy finish whatever it does per tunnel
+	after, err := p.proxy.RSS()
+	if err != nil {
+		return r, err
+	}
+	r.RSSAfter = after
+	if r.Tunnels > 0 {
+		r.BytesPerTunnel = float64(after-before) / float64(r.Tunnels)
+	}
+	return r, nil
+}
+
+func runtimeSettle() { time.Sleep(300 * time.Millisecond) }
+
+// upstream starts the servers one path uses on host, on ports base..base+2.
+func upstream(h *testhosts.Host, base int) (bulk, echo, web netip.AddrPort, err error) {
+	b, err := h.ServeBulk(base)
+	if err != nil {
+		return
+	}
+	e, err := h.ServeTCPEcho(base + 1)
+	if err != nil {
+		return
+	}
+	okBody := []byte("ok\n")
+	w, err := h.ServeHTTP(base+2, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write(okBody)
+	}))
+	if err != nil {
+		return
+	}
+	return b.Addr, e.Addr, w.Addr, nil
+}

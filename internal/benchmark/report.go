@@ -1,0 +1,154 @@
+//go:build linux
+
+package benchmark
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Goals the door is held to.
+const (
+	GoalThroughputRatio = 0.9 // of direct
+	GoalAddedP50        = 150 * time.Microsecond
+	GoalKiBPerTunnel    = 40.0
+)
+
+// Markdown writes the report as markdown tables of ratios, with the absolute
+// figures beside them.
+func (r *Report) Markdown(w io.Writer) error {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "Machine: %d cores (%s), %d MiB RAM, Linux %s, %s.  \n", m.Cores, m.CPU, m.MemMiB, m.Kernel, m.Go)
+	fmt.Fprintf(&b, "Proxies: %s; %s; %s.  \n", orNA(m.Postern, "postern"), m.Squid, m.Tinyproxy)
+	c := r.Config
+	fmt.Fprintf(&b, "Run: %d × %d MiB bulk, %d setup samples, wrk %s × %d connections, %d idle tunnels; took %s.\n\n",
+		c.BulkRuns, c.BulkBytes>>20, c.LatencySamples, c.RPSDuration, c.RPSConns, c.IdleTunnels, r.Elapsed.Round(time.Second))
+
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "Note: %s.\n\n", n)
+	}
+	if len(r.Paths) == 0 {
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	d := r.Paths[0]
+	ratio := func(x, base float64) string {
+		if x == 0 || base == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2f×", x/base)
+	}
+
+	b.WriteString("### Bulk throughput through a CONNECT tunnel\n\n")
+	b.WriteString("| path | MB/s | × direct |\n|---|---:|---:|\n")
+	for _, p := range r.Paths {
+		fmt.Fprintf(&b, "| %s | %.0f | %s |\n", p.Name, p.Throughput/1e6, ratio(p.Throughput, d.Throughput))
+	}
+
+	b.WriteString("\n### Connection setup (connect, CONNECT, first echoed byte)\n\n")
+	b.WriteString("| path | p50 µs | p99 µs | added p50 µs | added p99 µs | p50 × direct |\n|---|---:|---:|---:|---:|---:|\n")
+	for _, p := range r.Paths {
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", p.Name, us(p.LatP50), us(p.LatP99),
+			added(p.LatP50, d.LatP50, p.Name == d.Name), added(p.LatP99, d.LatP99, p.Name == d.Name),
+			ratio(float64(p.LatP50), float64(d.LatP50)))
+	}
+
+	b.WriteString("\n### Keep-alive requests (absolute-URI GET through the proxy, origin GET direct)\n\n")
+	b.WriteString("| path | requests/s | × direct | failed requests |\n|---|---:|---:|---:|\n")
+	for _, p := range r.Paths {
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %d |\n", p.Name, p.RPS, ratio(p.RPS, d.RPS), p.RPSErrors)
+	}
+
+	b.WriteString("\n### Idle CONNECT tunnels held at once\n\n")
+	b.WriteString("| proxy | tunnels up | errors | RSS before MiB | RSS after MiB | KiB per tunnel | opened in |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, p := range r.Paths[1:] {
+		if p.Idle == nil {
+			fmt.Fprintf(&b, "| %s | – | – | – | – | – | – |\n", p.Name)
+			continue
+		}
+		i := p.Idle
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f | %.1f | %.1f | %s |\n", p.Name, i.Tunnels, i.Errors,
+			float64(i.RSSBefore)/(1<<20), float64(i.RSSAfter)/(1<<20), i.BytesPerTunnel/1024, i.OpenTime.Round(time.Millisecond))
+	}
+
+	// Proxies against each other, and the door against its goals.
+	var door *PathResult
+	for i := range r.Paths {
+		if r.Paths[i].Name == "postern door" {
+			door = &r.Paths[i]
+		}
+	}
+	if door != nil {
+		b.WriteString("\n### The door against the other proxies (door ÷ other; above 1 is better for throughput and requests/s, below 1 for latency and memory)\n\n")
+		b.WriteString("| other | throughput | added setup p50 | requests/s | KiB per tunnel |\n|---|---:|---:|---:|---:|\n")
+		for _, p := range r.Paths[1:] {
+			if p.Name == door.Name {
+				continue
+			}
+			mem := "–"
+			if p.Idle != nil && door.Idle != nil && p.Idle.BytesPerTunnel > 0 {
+				mem = fmt.Sprintf("%.2f×", door.Idle.BytesPerTunnel/p.Idle.BytesPerTunnel)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", p.Name, ratio(door.Throughput, p.Throughput),
+				ratio(float64(door.LatP50-d.LatP50), float64(p.LatP50-d.LatP50)), ratio(door.RPS, p.RPS), mem)
+		}
+		b.WriteString("\n### The door against its goals\n\n| measure | goal | measured | met |\n|---|---|---:|---|\n")
+		tr := door.Throughput / d.Throughput
+		fmt.Fprintf(&b, "| throughput ÷ direct | ≥ %.2f | %.2f | %s |\n", GoalThroughputRatio, tr, yes(tr >= GoalThroughputRatio))
+		ap := door.LatP50 - d.LatP50
+		fmt.Fprintf(&b, "| added setup p50 | ≤ %s | %s µs | %s |\n", us(GoalAddedP50)+" µs", us(ap), yes(door.LatP50 > 0 && ap <= GoalAddedP50))
+		if door.Idle != nil {
+			kib := door.Idle.BytesPerTunnel / 1024
+			fmt.Fprintf(&b, "| memory per idle tunnel | ≤ %.0f KiB, 0 errors | %.1f KiB, %d errors | %s |\n", GoalKiBPerTunnel, kib, door.Idle.Errors,
+				yes(kib <= GoalKiBPerTunnel && door.Idle.Errors == 0 && door.Idle.Tunnels > 0))
+		}
+	}
+	var errs []string
+	for _, p := range r.Paths {
+		if p.Err != "" {
+			errs = append(errs, fmt.Sprintf("- %s: %s", p.Name, p.Err))
+		}
+		if p.Idle != nil && p.Idle.FirstError != "" {
+			errs = append(errs, fmt.Sprintf("- %s idle tunnels: first error: %s", p.Name, p.Idle.FirstError))
+		}
+	}
+	if len(errs) > 0 {
+		b.WriteString("\n### Errors\n\n" + strings.Join(errs, "\n") + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func us(d time.Duration) string {
+	if d == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f", float64(d)/float64(time.Microsecond))
+}
+
+func added(x, base time.Duration, self bool) string {
+	if self {
+		return "0"
+	}
+	if x == 0 || base == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%+.0f", float64(x-base)/float64(time.Microsecond))
+}
+
+func yes(ok bool) string {
+	if ok {
+		return "yes"
+	}
+	return "**no**"
+}
+
+func orNA(s, name string) string {
+	if s == "" {
+		return name + " (not run)"
+	}
+	return s
+}
