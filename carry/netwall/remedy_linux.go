@@ -1,6 +1,7 @@
 package netwall
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -9,6 +10,14 @@ import (
 
 // sysctls reads a sysctl under /proc/sys; ok is false when the kernel has none.
 type sysctls func(name string) (value string, ok bool)
+
+// machine is what remedies depend on: the sysctls and whether the caller is root.
+type machine struct {
+	sysctl sysctls
+	root   bool
+}
+
+func thisMachine() machine { return machine{sysctl: procSysctl, root: os.Geteuid() == 0} }
 
 func procSysctl(name string) (string, bool) {
 	b, err := os.ReadFile("/proc/sys/" + strings.ReplaceAll(name, ".", "/"))
@@ -34,8 +43,9 @@ const (
 
 // remedy names what would let the kernel accept step, given the errno it
 // answered with and the machine's sysctls.
-func remedy(step string, errno syscall.Errno, sysctl sysctls) string {
-	if v, ok := sysctl("kernel.apparmor_restrict_unprivileged_userns"); ok && v == "1" && os.Geteuid() != 0 &&
+func remedy(step string, errno syscall.Errno, m machine) string {
+	sysctl := m.sysctl
+	if v, ok := sysctl("kernel.apparmor_restrict_unprivileged_userns"); ok && v == "1" && !m.root &&
 		(errno == syscall.EPERM || errno == syscall.EACCES) {
 		return remedyAppArmor
 	}
@@ -51,7 +61,7 @@ func remedy(step string, errno syscall.Errno, sysctl sysctls) string {
 		case syscall.EINVAL:
 			return "the kernel lacks namespaces: enable CONFIG_USER_NS, CONFIG_NET_NS, CONFIG_PID_NS and CONFIG_IPC_NS"
 		}
-		if v, ok := sysctl("kernel.unprivileged_userns_clone"); ok && v == "0" && os.Geteuid() != 0 {
+		if v, ok := sysctl("kernel.unprivileged_userns_clone"); ok && v == "0" && !m.root {
 			return remedyUsernsClone
 		}
 		if v, ok := sysctl("user.max_user_namespaces"); ok && v == "0" {
@@ -89,11 +99,19 @@ func (e *initError) Unwrap() error {
 	return e.errno
 }
 
-func (we *wireError) kernelError(sysctl sysctls) *KernelError {
+func (we *wireError) kernelError(m machine) *KernelError {
 	errno := syscall.Errno(we.Errno)
 	return &KernelError{
 		Step:   we.Step,
 		Err:    &initError{msg: we.Message, errno: errno},
-		Remedy: remedy(we.Step, errno, sysctl),
+		Remedy: remedy(we.Step, errno, m),
 	}
+}
+
+// Remedy names what would let the kernel accept step (one of the Step
+// constants) after it refused with err, as read from this machine's sysctls.
+func Remedy(step string, err error) string {
+	var errno syscall.Errno
+	errors.As(err, &errno)
+	return remedy(step, errno, thisMachine())
 }

@@ -125,7 +125,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		ctl.Close()
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
-			return nil, &KernelError{Step: StepUserns, Err: err, Remedy: remedy(StepUserns, errno, procSysctl)}
+			return nil, &KernelError{Step: StepUserns, Err: err, Remedy: remedy(StepUserns, errno, thisMachine())}
 		}
 		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
 	}
@@ -170,7 +170,7 @@ func (w *Wall) exchange(ctx context.Context, m message) (message, []*os.File, er
 		for _, f := range files {
 			f.Close()
 		}
-		return message{}, nil, reply.Err.kernelError(procSysctl)
+		return message{}, nil, reply.Err.kernelError(thisMachine())
 	}
 	return reply, files, nil
 }

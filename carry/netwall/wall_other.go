@@ -34,3 +34,6 @@ type RuleConfig struct {
 
 // Rules is only available on Linux.
 func Rules(c RuleConfig) ([]byte, error) { return nil, ErrUnsupported }
+
+// Remedy is only meaningful on Linux.
+func Remedy(step string, err error) string { return "" }
