@@ -92,17 +92,29 @@ var aLongTimeAgo = time.Unix(1, 0)
 func (d *Door) serveProxy(ctx context.Context, c net.Conn) {
 	br := readerPool.Get().(*bufio.Reader)
 	br.Reset(c)
-	release := func() {
-		if br != nil {
-			br.Reset(nil)
-			readerPool.Put(br)
-			br = nil
-		}
-	}
-	defer release()
 	fw := &httpForwarder{d: d, client: c}
 	defer fw.closeUpstream()
+	req := d.serveRequests(ctx, c, br, fw)
+	if req == nil {
+		putReader(br)
+		return
+	}
+	pre, _ := br.Peek(br.Buffered())
+	pre = slices.Clone(pre)
+	putReader(br)
+	fw.closeUpstream()
+	d.handleConnect(ctx, c, req, pre)
+}
 
+func putReader(br *bufio.Reader) {
+	br.Reset(nil)
+	readerPool.Put(br)
+}
+
+// serveRequests reads requests from br and forwards them until the connection
+// ends. It returns a CONNECT request for the caller to tunnel (explicit proxy
+// only), else nil.
+func (d *Door) serveRequests(ctx context.Context, c net.Conn, br *bufio.Reader, fw *httpForwarder) *http.Request {
 	for {
 		c.SetReadDeadline(time.Now().Add(proxyIdleTimeout))
 		stopWatch := context.AfterFunc(ctx, func() { c.SetReadDeadline(aLongTimeAgo) })
@@ -116,26 +128,21 @@ func (d *Door) serveProxy(ctx context.Context, c net.Conn) {
 			if !errors.Is(err, io.EOF) && !isClosedOrTimeout(err) && stopped {
 				d.refuseUnreadable(c, err)
 			}
-			return
+			return nil
 		}
 		// ReadRequest drops the Host header; keep it to hold it against the URI.
 		if hh, ok := headerHost(head); ok {
 			req.Header.Set("Host", hh)
 		}
 		if !stopped {
-			return // draining: no new requests
+			return nil // draining: no new requests
 		}
 		c.SetReadDeadline(time.Time{})
-		if req.Method == http.MethodConnect {
-			pre, _ := br.Peek(br.Buffered())
-			pre = slices.Clone(pre)
-			release()
-			fw.closeUpstream()
-			d.handleConnect(ctx, c, req, pre)
-			return
+		if req.Method == http.MethodConnect && fw.pinned == nil {
+			return req
 		}
 		if !fw.serve(ctx, req, br) {
-			return
+			return nil
 		}
 	}
 }
@@ -236,6 +243,56 @@ type httpForwarder struct {
 	upBR   *bufio.Reader
 	upKey  string
 	upAddr netip.Addr
+
+	// pinned is set on the transparent side: every request on the connection
+	// must name the host it was admitted for, and goes to that host only.
+	pinned   *Judgement
+	pinnedID uint64
+	// Totals over a pinned connection, for its one end event.
+	upTotal, downTotal int64
+}
+
+// end records a finished request: its own end event on the explicit proxy, a
+// share of the connection's totals on the transparent side.
+func (f *httpForwarder) end(id uint64, j Judgement, up, down int64, start time.Time, reason string) {
+	f.upTotal += up
+	f.downTotal += down
+	if f.pinned == nil {
+		f.d.emitEnd(id, "http", j, up, down, start, reason)
+	}
+}
+
+// servePinned checks one transparent-side request against the host its
+// connection was admitted for, then forwards it.
+func (f *httpForwarder) servePinned(ctx context.Context, req *http.Request, br *bufio.Reader) bool {
+	d, c, j := f.d, f.client, *f.pinned
+	start := time.Now()
+	what := req.Method + " " + req.RequestURI
+	if req.Method == http.MethodConnect {
+		writeStatus(c, 400, "Bad Request", "postern door: CONNECT is for the explicit proxy, not a redirected connection\n", true)
+		return false
+	}
+	host := req.Host
+	if hh := req.Header.Get("Host"); hh != "" {
+		host = hh
+	}
+	fb := firstBytes{kind: headHTTP, name: host}
+	if d.judgeHead(f.pinnedID, "transparent", c, j, fb, nil, headRules{}) {
+		reason := d.checkHead(j, fb, nil, headRules{})
+		writeDenied(c, reason, d.headDenyText(what, j, reason), true)
+		return false
+	}
+	if f.up == nil {
+		up, addr, err := d.dialJudged(ctx, j)
+		if err != nil {
+			writeStatus(c, 502, "Bad Gateway", fmt.Sprintf("postern door admitted %s but could not connect: %v\n", targetString(j.Host, j.Port), err), true)
+			return false
+		}
+		d.track(up)
+		f.up, f.upBR, f.upKey, f.upAddr = up, bufio.NewReader(up), targetString(j.Host, j.Port), addr
+	}
+	j.Addr = f.upAddr
+	return f.forward(f.pinnedID, j, req, br, start)
 }
 
 func (f *httpForwarder) closeUpstream() {
@@ -277,6 +334,9 @@ func removeHopHeaders(h http.Header) (upgrade string) {
 // serve judges and forwards one request; false means the client connection
 // must close.
 func (f *httpForwarder) serve(ctx context.Context, req *http.Request, br *bufio.Reader) bool {
+	if f.pinned != nil {
+		return f.servePinned(ctx, req, br)
+	}
 	d, c := f.d, f.client
 	id := d.connID.Add(1)
 	start := time.Now()
@@ -330,7 +390,14 @@ func (f *httpForwarder) serve(ctx context.Context, req *http.Request, br *bufio.
 	}
 	j.Addr = f.upAddr
 	d.emit(d.decisionEvent(id, "http", c.RemoteAddr(), j))
+	return f.forward(id, j, req, br, start)
+}
 
+// forward sends one judged request to the current upstream and its response
+// back; false means the client connection must close.
+func (f *httpForwarder) forward(id uint64, j Judgement, req *http.Request, br *bufio.Reader, start time.Time) bool {
+	c := f.client
+	key := f.upKey
 	upgrade := removeHopHeaders(req.Header)
 	if upgrade != "" {
 		req.Header.Set("Connection", "Upgrade")
@@ -366,13 +433,13 @@ func (f *httpForwarder) serve(ctx context.Context, req *http.Request, br *bufio.
 		<-wrote
 		f.closeUpstream()
 		writeStatus(c, 502, "Bad Gateway", fmt.Sprintf("postern door: upstream %s gave no valid response: %v\n", key, rerr), true)
-		d.emitEnd(id, "http", j, upCount.n, downCnt.n, start, "bad upstream response")
+		f.end(id, j, upCount.n, downCnt.n, start, "bad upstream response")
 		return false
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols && upgrade != "" {
 		if werr := <-wrote; werr != nil {
 			f.closeUpstream()
-			d.emitEnd(id, "http", j, upCount.n, downCnt.n, start, "request write failed")
+			f.end(id, j, upCount.n, downCnt.n, start, "request write failed")
 			return false
 		}
 		to := removeHopHeaders(resp.Header)
@@ -388,10 +455,10 @@ func (f *httpForwarder) serve(ctx context.Context, req *http.Request, br *bufio.
 	resp.Body.Close()
 	if err := <-wrote; err != nil || werr != nil || resp.Close {
 		f.closeUpstream()
-		d.emitEnd(id, "http", j, upCount.n, downCnt.n, start, "closed")
+		f.end(id, j, upCount.n, downCnt.n, start, "closed")
 		return werr == nil && err == nil && !req.Close && !resp.Close
 	}
-	d.emitEnd(id, "http", j, upCount.n, downCnt.n, start, "response complete")
+	f.end(id, j, upCount.n, downCnt.n, start, "response complete")
 	return !req.Close
 }
 
@@ -417,7 +484,7 @@ func (f *httpForwarder) switchProtocols(id uint64, j Judgement, resp *http.Respo
 	up += pump(upc, c)
 	down += <-downc
 	d.untrack(upc)
-	d.emitEnd(id, "http", j, up, down, start, "upgraded connection closed")
+	f.end(id, j, up, down, start, "upgraded connection closed")
 	return false
 }
 

@@ -1,7 +1,10 @@
 package door
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"io"
 	"fmt"
 	"net"
 	"net/netip"
@@ -85,6 +88,19 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 
 	var upN, downN int64
 	denied := false
+	if peeked && fb.kind == headHTTP && herr == nil {
+		// Plain HTTP: every request on the connection is held to the admitted
+		// host, not just the first.
+		br := readerPool.Get().(*bufio.Reader)
+		br.Reset(io.MultiReader(bytes.NewReader(head), c))
+		fw := &httpForwarder{d: d, client: c, pinned: &j, pinnedID: id,
+			up: up, upBR: bufio.NewReader(up), upKey: targetString(j.Host, j.Port), upAddr: addr}
+		d.serveRequests(ctx, c, br, fw)
+		fw.closeUpstream()
+		putReader(br)
+		d.emitEnd(id, "transparent", j, fw.upTotal, fw.downTotal, start, "closed")
+		return
+	}
 	if peeked {
 		if _, err := up.Write(head); err != nil {
 			d.emitEnd(id, "transparent", j, 0, 0, start, "upstream write failed")

@@ -158,3 +158,37 @@ func TestTransparentServerSpeaksFirst(t *testing.T) {
 		t.Fatalf("end %+v", end)
 	}
 }
+
+func TestTransparentHTTPKeepAliveEachRequestChecked(t *testing.T) {
+	h := newHarness(t, mustPolicy(t, testPolicy), func(c *Config) {
+		c.AddHosts = map[string][]netip.Addr{"web.test": {netip.MustParseAddr("11.0.0.2")}}
+	})
+	seen := make(chan string, 8)
+	h.route("11.0.0.2", httpServer(t, "W", seen))
+	fake := fakeFor(t, h, "web.test")
+	c := h.dialTransparent(fake + ":80")
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	io.WriteString(c, "GET /1 HTTP/1.1\r\nHost: web.test\r\n\r\n")
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("first request: %v %v", resp, err)
+	}
+	io.ReadAll(resp.Body)
+	// The second request on the same connection names another host.
+	io.WriteString(c, "GET /2 HTTP/1.1\r\nHost: evil.test\r\n\r\n")
+	resp, err = http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 403 {
+		t.Fatalf("second request with another host: %v %v", resp, err)
+	}
+	if len(seen) != 1 {
+		t.Fatalf("upstream saw %d requests, want only the first", len(seen))
+	}
+	h.ev.waitFor(t, "deny", func(e Event) bool {
+		return e.Kind == "transparent" && e.Reason == "http host evil.test does not match admitted host web.test"
+	})
+	end := h.ev.waitFor(t, "end", func(e Event) bool { return e.Event == "end" && e.Kind == "transparent" })
+	if end.BytesUp == 0 || end.BytesDown == 0 {
+		t.Fatalf("end %+v", end)
+	}
+}
