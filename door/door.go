@@ -126,9 +126,9 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 	}
 
 	var (
-		serveWG sync.WaitGroup // accept loops and DNS servers
-		connWG  sync.WaitGroup // connection handlers
-		errMu   sync.Mutex
+		serveWG  sync.WaitGroup // accept loops and DNS servers
+		connWG   sync.WaitGroup // connection handlers
+		errMu    sync.Mutex
 		firstErr error
 	)
 	fail := func(err error) {

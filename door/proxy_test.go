@@ -359,3 +359,24 @@ func selfSigned(t testing.TB, names ...string) tls.Certificate {
 	leaf, _ := x509.ParseCertificate(der)
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}
 }
+
+func TestConnectObserveMode(t *testing.T) {
+	h := newHarness(t, mustPolicy(t, `mode = "observe"
+ports = [443]
+allow = ["a.test"]
+`), func(c *Config) {
+		c.AddHosts = map[string][]netip.Addr{"other.test": {netip.MustParseAddr("11.0.0.1")}, "lo.test": {netip.MustParseAddr("127.0.0.1")}}
+	})
+	h.route("11.0.0.1", server(t, func(c net.Conn) { io.Copy(c, c) }))
+	if _, head, _ := connectVia(t, h.proxy, "other.test:443"); !strings.HasPrefix(head, "HTTP/1.1 200") {
+		t.Fatalf("observe mode refused: %q", head)
+	}
+	ev := h.ev.waitFor(t, "would deny", func(e Event) bool { return e.Event == "decision" && e.Host == "other.test" })
+	if !ev.WouldDeny || ev.Decision != "allow" || ev.Mode != "observe" || ev.Reason != "no allow rule matches" {
+		t.Fatalf("observe event %+v", ev)
+	}
+	// The hard floor holds in observe mode.
+	if _, head, body := connectVia(t, h.proxy, "lo.test:443"); !strings.HasPrefix(head, "HTTP/1.1 403") || !strings.Contains(body, "mode observe") {
+		t.Fatalf("observe mode opened the floor: %q %s", head, body)
+	}
+}
