@@ -1,0 +1,87 @@
+package probe
+
+import (
+	"context"
+	"log/slog"
+	"os/user"
+	"runtime"
+	"strconv"
+	"time"
+)
+
+// Hidden first arguments under which the postern binary runs the probe's
+// child processes. They are not for people.
+const (
+	// ConnectArg ADDR dials ADDR from inside a wall and expects the prober's answer.
+	ConnectArg = "__probe-connect"
+	// UsernsArg checks, inside a new user namespace, that the ids are mapped.
+	UsernsArg = "__probe-userns"
+	// NetnsArg configures, inside new user and network namespaces, lo and
+	// default routes through it, and checks that addresses are routable.
+	NetnsArg = "__probe-netns"
+)
+
+// Options name what is measured and by which postern.
+type Options struct {
+	Name    string // the machine's name in the inventory
+	Version string // postern's version
+	Logger  *slog.Logger
+}
+
+// rungTimeout bounds each rung: a rung that hangs answers no.
+const rungTimeout = 20 * time.Second
+
+// Run measures this machine. Each rung performs the real act in child
+// processes, so that a failure cannot hurt the caller, and answers yes or no
+// with what happened and, for no, the fix. An error means nothing could be
+// measured at all.
+func Run(ctx context.Context, opts Options) (*Record, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	start := time.Now()
+	rec := &Record{
+		Name:       opts.Name,
+		OS:         runtime.GOOS,
+		Arch:       runtime.GOARCH,
+		Kernel:     kernelRelease(),
+		Version:    opts.Version,
+		User:       whoami(),
+		MeasuredAt: start.UTC(),
+		Rungs:      map[string]Rung{},
+	}
+	for _, r := range rungs() {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		rctx, cancel := context.WithTimeout(ctx, rungTimeout)
+		t0 := time.Now()
+		g := r.measure(rctx)
+		cancel()
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		rec.Rungs[r.name] = g
+		logger.Info("rung measured", "rung", r.name, "result", string(g.Result), "detail", g.Detail,
+			"took_ms", time.Since(t0).Milliseconds())
+	}
+	rec.TookMS = time.Since(start).Milliseconds()
+	return rec, nil
+}
+
+type rung struct {
+	name    string
+	measure func(ctx context.Context) Rung
+}
+
+func whoami() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return "uid " + strconv.Itoa(currentUID())
+}
+
+func yes(detail string) Rung { return Rung{Result: Yes, Detail: detail} }
+
+func no(detail, remedy string) Rung { return Rung{Result: No, Detail: detail, Remedy: remedy} }

@@ -1,0 +1,381 @@
+package probe
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/door"
+)
+
+// The redirect rungs dial these from inside a wall. They are documentation
+// addresses (RFC 5737, RFC 3849): inside the wall they can only be redirected,
+// and nothing leaves even if the redirect fails.
+var (
+	redirectTarget4 = netip.MustParseAddrPort("192.0.2.1:443")
+	redirectTarget6 = netip.MustParseAddrPort("[2001:db8::1]:443")
+)
+
+const (
+	probeHello = "postern-probe"
+	probeOK    = "ok"
+)
+
+func rungs() []rung {
+	return []rung{
+		{RungUserns, measureUserns},
+		{RungNetns, measureNetns},
+		{RungNetnsRedirect, func(ctx context.Context) Rung { return measureRedirect(ctx, redirectTarget4) }},
+		{RungIPv6, func(ctx context.Context) Rung { return measureRedirect(ctx, redirectTarget6) }},
+		{RungLandlock, measureLandlock},
+	}
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+func currentUID() int { return os.Getuid() }
+
+// childReport is what a probe child prints on stdout.
+type childReport struct {
+	Detail string `json:"detail,omitempty"`
+	Step   string `json:"step,omitempty"`
+	Error  string `json:"error,omitempty"`
+	Errno  int    `json:"errno,omitempty"`
+}
+
+func (r childReport) err() error {
+	if r.Error == "" {
+		return nil
+	}
+	return &childError{msg: r.Error, errno: syscall.Errno(r.Errno)}
+}
+
+// childError is a child's failure; it unwraps to the errno the kernel gave.
+type childError struct {
+	msg   string
+	errno syscall.Errno
+}
+
+func (e *childError) Error() string { return e.msg }
+
+func (e *childError) Unwrap() error {
+	if e.errno == 0 {
+		return nil
+	}
+	return e.errno
+}
+
+func idMaps() ([]syscall.SysProcIDMap, []syscall.SysProcIDMap) {
+	uid, gid := os.Getuid(), os.Getgid()
+	return []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+		[]syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}}
+}
+
+// runChild runs the probe binary with arg in the namespaces attr asks for and
+// returns the report it printed. A kernel refusal to create the namespaces
+// is returned as the error of starting it.
+func runChild(ctx context.Context, arg string, attr *syscall.SysProcAttr) (childReport, error) {
+	cmd := exec.CommandContext(ctx, netwall.Self, arg)
+	cmd.Args[0] = netwall.Self
+	cmd.SysProcAttr = attr
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Start(); err != nil {
+		return childReport{}, err
+	}
+	werr := cmd.Wait()
+	var rep childReport
+	if jerr := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &rep); jerr != nil {
+		return childReport{}, fmt.Errorf("probe child %s: %v (%v; stderr %q)", arg, werr, jerr, strings.TrimSpace(stderr.String()))
+	}
+	return rep, nil
+}
+
+func measureUserns(ctx context.Context) Rung {
+	uids, gids := idMaps()
+	rep, err := runChild(ctx, UsernsArg, &syscall.SysProcAttr{
+		Cloneflags:                 unix.CLONE_NEWUSER,
+		UidMappings:                uids,
+		GidMappings:                gids,
+		GidMappingsEnableSetgroups: false,
+		AmbientCaps:                []uintptr{unix.CAP_SYS_ADMIN},
+		Pdeathsig:                  syscall.SIGKILL,
+	})
+	if err == nil {
+		err = rep.err()
+	}
+	if err != nil {
+		return no(fmt.Sprintf("create a user namespace and map uid %d: %v", os.Getuid(), err), netwall.Remedy(netwall.StepUserns, err))
+	}
+	return yes(rep.Detail)
+}
+
+func measureNetns(ctx context.Context) Rung {
+	uids, gids := idMaps()
+	rep, err := runChild(ctx, NetnsArg, &syscall.SysProcAttr{
+		Cloneflags:                 unix.CLONE_NEWUSER | unix.CLONE_NEWNET,
+		UidMappings:                uids,
+		GidMappings:                gids,
+		GidMappingsEnableSetgroups: false,
+		AmbientCaps:                []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN},
+		Pdeathsig:                  syscall.SIGKILL,
+	})
+	if err != nil {
+		return no(fmt.Sprintf("create user and network namespaces: %v", err), netwall.Remedy(netwall.StepUserns, err))
+	}
+	if err := rep.err(); err != nil {
+		return no(fmt.Sprintf("configure the network namespace (%s): %v", rep.Step, err), netwall.Remedy(rep.Step, err))
+	}
+	return yes(rep.Detail)
+}
+
+// measureRedirect raises a real wall whose policy has target's port, runs
+// ConnectArg target inside it and checks that the connection reached the
+// wall's transparent listener with target as its original destination.
+func measureRedirect(ctx context.Context, target netip.AddrPort) Rung {
+	start := time.Now()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return no(fmt.Sprintf("pipe: %v", err), "")
+	}
+	defer pr.Close()
+	output := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(pr, 64<<10))
+		output <- strings.TrimSpace(string(b))
+	}()
+	w, err := netwall.Raise(ctx, netwall.Spec{
+		Command: []string{"/proc/self/exe", ConnectArg, target.String()},
+		Ports:   []uint16{target.Port()},
+		Stdout:  pw,
+		Stderr:  pw,
+	})
+	pw.Close()
+	if err != nil {
+		<-output
+		var ke *netwall.KernelError
+		if errors.As(err, &ke) {
+			return no(fmt.Sprintf("raise a wall: %v", ke.Err), ke.Remedy)
+		}
+		return no(fmt.Sprintf("raise a wall: %v", err), "")
+	}
+	defer w.Close()
+
+	seen := make(chan result, 1)
+	go serveOnce(w.Listeners().Transparent, seen)
+	if err := w.Start(); err != nil {
+		w.Close()
+		<-output
+		return no(fmt.Sprintf("start the connecting child inside the wall: %v", err), "")
+	}
+	code, werr := w.Wait()
+	w.Close() // ends serveOnce if nothing came
+	got := <-seen
+	out := <-output
+	took := time.Since(start).Milliseconds()
+
+	remedy := netwall.Remedy(netwall.StepNftables, nil)
+	if target.Addr().Is6() {
+		remedy = "IPv6 is unavailable or not redirected: boot without ipv6.disable=1, set " +
+			"net.ipv6.conf.all.disable_ipv6=0 and net.ipv6.conf.default.disable_ipv6=0, enable CONFIG_IPV6 and CONFIG_NF_NAT (IPv6)"
+	}
+	switch {
+	case got.err != nil:
+		return no(fmt.Sprintf("a connection to %s inside the wall did not reach the door: %v (child exit %d %v: %s)", target, got.err, code, werr, out), remedy)
+	case got.dst != target:
+		return no(fmt.Sprintf("a connection to %s reached the door with original destination %s", target, got.dst), remedy)
+	case werr != nil || code != 0:
+		return no(fmt.Sprintf("the connecting child inside the wall failed (exit %d %v): %s", code, werr, out), remedy)
+	}
+	return yes(fmt.Sprintf("%s inside the wall reached the door, original destination read back (%d ms)", target, took))
+}
+
+type result struct {
+	dst netip.AddrPort
+	err error
+}
+
+// serveOnce answers the first connection on l as the door would: read its
+// original destination, then the child's hello, then say ok.
+func serveOnce(l net.Listener, seen chan<- result) {
+	if tl, ok := l.(*net.TCPListener); ok {
+		tl.SetDeadline(time.Now().Add(rungTimeout))
+	}
+	c, err := l.Accept()
+	if err != nil {
+		seen <- result{err: fmt.Errorf("accept: %w", err)}
+		return
+	}
+	defer c.Close()
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		seen <- result{err: fmt.Errorf("accepted a %T, not TCP", c)}
+		return
+	}
+	dst, err := door.OriginalDst(tc)
+	if err != nil {
+		seen <- result{err: err}
+		return
+	}
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != probeHello {
+		seen <- result{dst: dst, err: fmt.Errorf("child said %q (%v), want %q", line, err, probeHello)}
+		return
+	}
+	_, err = fmt.Fprintln(c, probeOK)
+	seen <- result{dst: dst, err: err}
+}
+
+func measureLandlock(ctx context.Context) Rung {
+	abi, _, errno := unix.Syscall(unix.SYS_LANDLOCK_CREATE_RULESET, 0, 0, unix.LANDLOCK_CREATE_RULESET_VERSION)
+	switch {
+	case errno == unix.ENOSYS:
+		return no("landlock_create_ruleset: function not implemented",
+			"the kernel lacks Landlock: use Linux 5.13 or later built with CONFIG_SECURITY_LANDLOCK=y")
+	case errno == unix.EOPNOTSUPP:
+		return no("landlock_create_ruleset: Landlock is built in but not enabled",
+			"add landlock to the lsm= kernel boot parameter (e.g. lsm=landlock,lockdown,yama,integrity,apparmor,bpf) or set CONFIG_LSM to include it")
+	case errno != 0:
+		return no(fmt.Sprintf("landlock_create_ruleset: %v", errno), "")
+	}
+	return yes(fmt.Sprintf("abi %d", abi))
+}
+
+// ChildMain runs the probe child named by arg (ConnectArg, UsernsArg or
+// NetnsArg) with its arguments, reports on stdout and returns the exit status.
+func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer) int {
+	switch arg {
+	case ConnectArg:
+		if len(args) != 1 {
+			fmt.Fprintf(stdout, "usage: %s ADDR:PORT\n", ConnectArg)
+			return 2
+		}
+		if err := connect(ctx, args[0]); err != nil {
+			fmt.Fprintln(stdout, err)
+			return 1
+		}
+		fmt.Fprintln(stdout, probeOK)
+		return 0
+	case UsernsArg, NetnsArg:
+		rep := checkUserns()
+		if arg == NetnsArg && rep.Error == "" {
+			rep = checkNetns()
+		}
+		b, _ := json.Marshal(rep)
+		fmt.Fprintln(stdout, string(b))
+		if rep.Error != "" {
+			return 1
+		}
+		return 0
+	}
+	fmt.Fprintf(stdout, "unknown probe child %q\n", arg)
+	return 2
+}
+
+func connect(ctx context.Context, addr string) error {
+	d := net.Dialer{Timeout: 5 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("dial %s: %w", addr, err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := fmt.Fprintln(c, probeHello); err != nil {
+		return fmt.Errorf("write to %s: %w", addr, err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		return fmt.Errorf("read from %s: %w", addr, err)
+	}
+	if got := strings.TrimSpace(line); got != probeOK {
+		return fmt.Errorf("%s answered %q, want %q", addr, got, probeOK)
+	}
+	return nil
+}
+
+func report(step string, err error) childReport {
+	rep := childReport{Step: step, Error: err.Error()}
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		rep.Errno = int(errno)
+	}
+	return rep
+}
+
+// checkUserns runs inside a new user namespace.
+func checkUserns() childReport {
+	uidMap, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return report(netwall.StepUserns, err)
+	}
+	f := strings.Fields(string(uidMap))
+	if len(f) != 3 || f[0] != f[1] {
+		return report(netwall.StepUserns, fmt.Errorf("uid_map is %q, want this uid mapped to itself", strings.TrimSpace(string(uidMap))))
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var caps [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &caps[0]); err != nil {
+		return report(netwall.StepUserns, err)
+	}
+	if caps[0].Effective&(1<<unix.CAP_SYS_ADMIN) == 0 {
+		return report(netwall.StepUserns, fmt.Errorf("no CAP_SYS_ADMIN inside the new user namespace: %w", syscall.EPERM))
+	}
+	return childReport{Detail: fmt.Sprintf("uid %s mapped to itself in a new user namespace, with capabilities inside it", f[0])}
+}
+
+// checkNetns runs inside new user and network namespaces.
+func checkNetns() childReport {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return report(netwall.StepLoopback, err)
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return report(netwall.StepLoopback, fmt.Errorf("set lo up: %w", err))
+	}
+	v4 := &netlink.Route{LinkIndex: lo.Attrs().Index, Scope: netlink.SCOPE_LINK, Src: net.IPv4(127, 0, 0, 1).To4(),
+		Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}
+	if err := netlink.RouteAdd(v4); err != nil {
+		return report(netwall.StepRoute, fmt.Errorf("add IPv4 default route via lo: %w", err))
+	}
+	v6 := &netlink.Route{LinkIndex: lo.Attrs().Index, Src: net.IPv6loopback,
+		Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}}
+	v6err := netlink.RouteAdd(v6)
+	routable := []string{}
+	for _, a := range []netip.Addr{redirectTarget4.Addr(), redirectTarget6.Addr()} {
+		if a.Is6() && v6err != nil {
+			continue
+		}
+		rs, err := netlink.RouteGet(a.AsSlice())
+		if err != nil || len(rs) == 0 || rs[0].LinkIndex != lo.Attrs().Index {
+			return report(netwall.StepRoute, fmt.Errorf("%s is not routable via lo: %v", a, err))
+		}
+		routable = append(routable, a.String())
+	}
+	detail := fmt.Sprintf("lo up with default routes through it; %s routable", strings.Join(routable, " and "))
+	if v6err != nil {
+		detail += fmt.Sprintf("; no IPv6 default route (%v)", v6err)
+	}
+	return childReport{Detail: detail}
+}

@@ -1,0 +1,35 @@
+//go:build !linux
+
+package probe
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+)
+
+// The Linux rungs answer no elsewhere: there is nothing to measure.
+func rungs() []rung {
+	notLinux := func(ctx context.Context) Rung {
+		return no(fmt.Sprintf("%s is not Linux", runtime.GOOS), "")
+	}
+	return []rung{
+		{RungUserns, notLinux},
+		{RungNetns, notLinux},
+		{RungNetnsRedirect, notLinux},
+		{RungIPv6, notLinux},
+		{RungLandlock, notLinux},
+	}
+}
+
+func kernelRelease() string { return "" }
+
+func currentUID() int { return os.Getuid() }
+
+// ChildMain has no children to run off Linux.
+func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer) int {
+	fmt.Fprintf(stdout, "probe child %q only runs on Linux\n", arg)
+	return 2
+}
