@@ -83,6 +83,9 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		}
 		cfg.Dir = wd
 	}
+	if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("network wall: working directory %q is not a directory this user can reach (%v)", cfg.Dir, err)
+	}
 
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -142,6 +145,14 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	return w, nil
 }
 
+func kernelStep(step string) bool {
+	switch step {
+	case StepUserns, StepLoopback, StepRoute, StepListen, StepNftables, StepMount:
+		return true
+	}
+	return false
+}
+
 func (w *Wall) reap() {
 	err := w.cmd.Wait()
 	w.state = w.cmd.ProcessState
@@ -169,6 +180,9 @@ func (w *Wall) exchange(ctx context.Context, m message) (message, []*os.File, er
 	if reply.Type == msgError && reply.Err != nil {
 		for _, f := range files {
 			f.Close()
+		}
+		if !kernelStep(reply.Err.Step) {
+			return message{}, nil, fmt.Errorf("network wall: %s", reply.Err.Message)
 		}
 		return message{}, nil, reply.Err.kernelError(thisMachine())
 	}

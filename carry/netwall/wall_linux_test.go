@@ -427,6 +427,24 @@ func TestWall(t *testing.T) {
 		}
 	})
 
+	t.Run("bad-spec", func(t *testing.T) {
+		if _, err := Raise(context.Background(), Spec{Command: []string{"true"}, Dir: "/nonexistent-postern"}); err == nil ||
+			!strings.Contains(err.Error(), "/nonexistent-postern") {
+			t.Errorf("Raise in a missing directory: %v, want an error naming it", err)
+		}
+		if _, err := Raise(context.Background(), Spec{}); err == nil {
+			t.Error("Raise of no command succeeded")
+		}
+		if _, err := Raise(context.Background(), Spec{Command: []string{"true"}, Ports: []uint16{0}}); !errors.Is(err, ErrBadRuleConfig) {
+			t.Errorf("Raise with port 0: %v, want ErrBadRuleConfig", err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		if _, err := Raise(ctx, Spec{Command: []string{"true"}}); !errors.Is(err, context.Canceled) {
+			t.Errorf("Raise with a cancelled context: %v, want context.Canceled", err)
+		}
+	})
+
 	t.Run("signal-forwarded", func(t *testing.T) {
 		r := runSpec(t, Spec{Command: []string{"sh", "-c", "trap 'echo got-term; exit 42' TERM; echo ready; while :; do sleep 0.05; done"}}, func(w *Wall) {
 			time.Sleep(300 * time.Millisecond)
