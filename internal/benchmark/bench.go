@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -184,7 +185,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	for i, p := range paths {
 		base := 10000 + 10*i
-		ports = append(ports, base, base+1, base+2)
+		ports = append(ports, base, base+1, base+2, base+3)
+		p.idle = netip.AddrPortFrom(up.Addr, uint16(base+3))
 		if p.bulk, p.echo, p.web, err = upstream(up, base); err != nil {
 			return nil, err
 		}
@@ -228,7 +230,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		if !p.direct() {
 			log.Info("idle tunnels", "path", p.Name, "tunnels", cfg.IdleTunnels)
-			idle, err := idleTunnels(ctx, p, cfg.IdleTunnels, 64)
+			idle, err := func() (idleResult, error) {
+				child, err := startEchoChild(ctx, up, int(p.idle.Port()))
+				if err != nil {
+					return idleResult{}, err
+				}
+				defer child.Close()
+				return idleTunnels(ctx, p, cfg.IdleTunnels, 64)
+			}()
 			if err != nil {
 				errs = append(errs, err.Error())
 			} else {

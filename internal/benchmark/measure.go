@@ -33,6 +33,7 @@ type path struct {
 	proxy *proxyProc // nil: direct
 
 	bulk, echo, web netip.AddrPort
+	idle            netip.AddrPort // served by the echo child during the idle test
 }
 
 func (p *path) direct() bool { return p.proxy == nil }
@@ -215,6 +216,8 @@ type idleResult struct {
 	Tunnels        int
 	Errors         int
 	FirstError     string
+	FDsBefore      int
+	FDsAfter       int
 	RSSBefore      int64
 	RSSAfter       int64
 	BytesPerTunnel float64
@@ -231,6 +234,7 @@ func idleTunnels(ctx context.Context, p *path, n, workers int) (idleResult, erro
 		return r, err
 	}
 	r.RSSBefore = before
+	r.FDsBefore = p.proxy.FDs()
 	conns := make([]net.Conn, n)
 	var (
 		next  atomic.Int64
@@ -252,7 +256,7 @@ func idleTunnels(ctx context.Context, p *path, n, workers int) (idleResult, erro
 				c, err := func() (net.Conn, error) {
 					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 					defer cancel()
-					c, err := p.dial(cctx, p.echo)
+					c, err := p.dial(cctx, p.idle)
 					if err != nil {
 						return nil, err
 					}
@@ -300,6 +304,7 @@ func idleTunnels(ctx context.Context, p *path, n, workers int) (idleResult, erro
 		return r, err
 	}
 	r.RSSAfter = after
+	r.FDsAfter = p.proxy.FDs()
 	if r.Tunnels > 0 {
 		r.BytesPerTunnel = float64(after-before) / float64(r.Tunnels)
 	}

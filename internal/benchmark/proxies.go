@@ -138,13 +138,41 @@ func (p *proxyProc) Close() error {
 	return nil
 }
 
+// FDs counts the open descriptors of the proxy's process tree.
+func (p *proxyProc) FDs() int {
+	n := 0
+	for _, pid := range p.tree() {
+		if ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid)); err == nil {
+			n += len(ents)
+		}
+	}
+	return n
+}
+
 // RSS is the resident memory of the proxy's whole process tree, in bytes.
 func (p *proxyProc) RSS() (int64, error) {
+	pids := p.tree()
+	var total int64
+	for _, pid := range pids {
+		kb, err := statusKB(pid, "VmRSS:")
+		if err != nil {
+			if pid == p.cmd.Process.Pid {
+				return 0, err
+			}
+			continue
+		}
+		total += kb << 10
+	}
+	return total, nil
+}
+
+// tree lists the proxy's pid and all its descendants.
+func (p *proxyProc) tree() []int {
 	pids := []int{p.cmd.Process.Pid}
 	children := map[int][]int{}
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0, err
+		return pids
 	}
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -172,18 +200,7 @@ func (p *proxyProc) RSS() (int64, error) {
 	for i := 0; i < len(pids); i++ {
 		pids = append(pids, children[pids[i]]...)
 	}
-	var total int64
-	for _, pid := range pids {
-		kb, err := statusKB(pid, "VmRSS:")
-		if err != nil {
-			if pid == p.cmd.Process.Pid {
-				return 0, err
-			}
-			continue
-		}
-		total += kb << 10
-	}
-	return total, nil
+	return pids
 }
 
 func statusKB(pid int, field string) (int64, error) {

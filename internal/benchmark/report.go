@@ -63,15 +63,19 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 
 	b.WriteString("\n### Idle CONNECT tunnels held at once\n\n")
-	b.WriteString("| proxy | tunnels up | errors | RSS before MiB | RSS after MiB | KiB per tunnel | opened in |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	b.WriteString("| proxy | tunnels up | errors | RSS before MiB | RSS after MiB | KiB per tunnel | descriptors per tunnel | opened in |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Paths[1:] {
 		if p.Idle == nil {
-			fmt.Fprintf(&b, "| %s | – | – | – | – | – | – |\n", p.Name)
+			fmt.Fprintf(&b, "| %s | – | – | – | – | – | – | – |\n", p.Name)
 			continue
 		}
 		i := p.Idle
-		fmt.Fprintf(&b, "| %s | %d | %d | %.1f | %.1f | %.1f | %s |\n", p.Name, i.Tunnels, i.Errors,
-			float64(i.RSSBefore)/(1<<20), float64(i.RSSAfter)/(1<<20), i.BytesPerTunnel/1024, i.OpenTime.Round(time.Millisecond))
+		fds := "–"
+		if i.Tunnels > 0 {
+			fds = fmt.Sprintf("%.1f", float64(i.FDsAfter-i.FDsBefore)/float64(i.Tunnels))
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d | %.1f | %.1f | %.1f | %s | %s |\n", p.Name, i.Tunnels, i.Errors,
+			float64(i.RSSBefore)/(1<<20), float64(i.RSSAfter)/(1<<20), i.BytesPerTunnel/1024, fds, i.OpenTime.Round(time.Millisecond))
 	}
 
 	// Proxies against each other, and the door against its goals.

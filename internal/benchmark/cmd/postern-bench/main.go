@@ -21,6 +21,14 @@ import (
 )
 
 func main() {
+	if benchmark.ChildRequested() {
+		// Started by a run as its upstream echo server inside a test host.
+		if err := benchmark.ServeChild(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, "postern-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	var (
 		cfg   benchmark.Config
 		quick bool
