@@ -1,0 +1,109 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/dispatch"
+	"github.com/postern-dev/postern/door"
+)
+
+// exitRefused is the exit status of a run refused before anything was spawned.
+const exitRefused = 77
+
+func init() {
+	var (
+		spec  dispatch.Spec
+		quiet bool
+	)
+	cmd := &cobra.Command{
+		Use:   "run [flags] -- CMD [ARGS...]",
+		Short: "Run a command on a machine behind the wall, with the door judging every connection",
+		Long: `Run a command on a machine behind the wall, with the door judging every connection.
+
+The machine must have been measured with 'postern machine probe-confinement'; a machine never
+measured, or measured unable, is refused before anything is spawned (exit 77, marker
+EGRESS-CLOSED-DEFAULT-REFUSED). Without --policy the run may reach nothing.
+postern's exit status is the run's.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("egress-open") && spec.EgressOpen == "" {
+				return &exitError{2, errors.New("--egress-open needs a reason, e.g. --egress-open \"installing the toolchain from the vendor's site\"")}
+			}
+			store, err := openStore()
+			if err != nil {
+				return err
+			}
+			sigs := make(chan os.Signal, 8)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+				syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
+			defer signal.Stop(sigs)
+			wd, _ := os.Getwd()
+			spec.Command = args
+			spec.Dir = wd
+			spec.Env = os.Environ()
+			spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
+			spec.Signals = sigs
+			spec.Warn = os.Stderr
+			spec.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if !quiet {
+				spec.OnEvent = printDenial
+			}
+			// Signals reach the run through spec.Signals; they must not also cancel it.
+			run, err := dispatch.Run(context.WithoutCancel(cmd.Context()), store, spec)
+			var ref *carry.Refusal
+			var perr *dispatch.PolicyError
+			switch {
+			case errors.As(err, &ref):
+				fmt.Fprintln(os.Stderr, ref.Error())
+				return &exitError{exitRefused, errors.New("")}
+			case errors.As(err, &perr):
+				return &exitError{2, err}
+			case err != nil:
+				return err
+			}
+			if !quiet && (run.Denied > 0 || run.WouldDeny > 0) {
+				fmt.Fprintf(os.Stderr, "postern: run %s: %d allowed, %d denied, %d would be denied under enforce; see 'postern runs events %s'\n",
+					run.ID, run.Allowed, run.Denied, run.WouldDeny, run.ID)
+			}
+			if run.ExitCode != nil && *run.ExitCode != 0 {
+				return &exitError{*run.ExitCode, errors.New("")}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.SetInterspersed(false)
+	f.StringVar(&spec.Machine, "machine", "local", "machine to run on")
+	f.StringVar(&spec.PolicyPath, "policy", "", "egress policy file (HCL); without it the run may reach nothing")
+	f.StringArrayVar(&spec.AddHosts, "add-host", nil, "pin a name to an address for the door's lookups, NAME:IP (repeatable)")
+	f.StringVar(&spec.Resolver, "resolver", "", "DNS server (host:port) for the door's own lookups; default the system resolver")
+	f.StringVar(&spec.EgressOpen, "egress-open", "", "run WITHOUT a wall; the reason is required and recorded")
+	f.BoolVarP(&quiet, "quiet", "q", false, "do not print denials on stderr as they happen")
+	rootCmd.AddCommand(cmd)
+}
+
+// printDenial tells the person (or the agent reading stderr) in one line what the
+// door refused and why, as it happens.
+func printDenial(ev door.Event) {
+	if ev.Event != "decision" || (ev.Decision != "deny" && !ev.WouldDeny) {
+		return
+	}
+	target := ev.Host
+	if ev.Port != 0 {
+		target = fmt.Sprintf("%s:%d", ev.Host, ev.Port)
+	}
+	verb := "denied"
+	if ev.WouldDeny {
+		verb = "observed (enforce would deny)"
+	}
+	fmt.Fprintf(os.Stderr, "postern: %s %s %s: %s\n", verb, ev.Kind, target, ev.Reason)
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/postern-dev/postern/dispatch"
+	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/records"
+)
+
+func init() {
+	runs := &cobra.Command{Use: "runs", Short: "List runs, show one, read its events"}
+
+	var listJSON bool
+	list := &cobra.Command{
+		Use:   "list",
+		Short: "List runs, oldest first",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			store, err := openStore()
+			if err != nil {
+				return err
+			}
+			rs, err := dispatch.Runs(store)
+			if err != nil {
+				return err
+			}
+			if listJSON {
+				return writeJSON(os.Stdout, rs)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tMACHINE\tCARRY\tSTATE\tEXIT\tALLOWED\tDENIED\tSTARTED\tCOMMAND")
+			for _, r := range rs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.ID, r.Machine, r.Carry, r.State, exitText(r),
+					r.Allowed, r.Denied, r.StartedAt.Local().Format(time.DateTime), strings.Join(r.Command, " "))
+			}
+			return tw.Flush()
+		},
+	}
+	list.Flags().BoolVar(&listJSON, "json", false, "print a JSON array")
+
+	var showJSON bool
+	show := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one run (a unique prefix of its id is enough)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store, err := openStore()
+			if err != nil {
+				return err
+			}
+			r, err := dispatch.Show(store, args[0])
+			if err != nil {
+				return err
+			}
+			if showJSON {
+				return writeJSON(os.Stdout, r)
+			}
+			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+			row := func(k, v string) {
+				if v != "" {
+					fmt.Fprintf(tw, "%s\t%s\n", k, v)
+				}
+			}
+			row("id", r.ID)
+			row("machine", r.Machine)
+			row("lane", r.Lane)
+			row("carry", r.Carry)
+			row("state", r.State)
+			row("exit", exitText(r))
+			row("command", strings.Join(r.Command, " "))
+			row("dir", r.Dir)
+			row("policy", r.Policy)
+			row("mode", r.Mode)
+			row("egress open", r.EgressOpenReason)
+			row("started", r.StartedAt.Local().Format(time.RFC3339))
+			if !r.EndedAt.IsZero() {
+				row("ended", r.EndedAt.Local().Format(time.RFC3339))
+			}
+			row("decisions", fmt.Sprintf("%d allowed, %d denied, %d would be denied", r.Allowed, r.Denied, r.WouldDeny))
+			row("landlock", r.Landlock)
+			row("why", r.Why)
+			return tw.Flush()
+		},
+	}
+	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
+
+	var (
+		evJSON bool
+		follow bool
+	)
+	events := &cobra.Command{
+		Use:   "events ID",
+		Short: "Print a run's events (--follow to keep printing while it runs)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store, err := openStore()
+			if err != nil {
+				return err
+			}
+			r, err := dispatch.Show(store, args[0])
+			if err != nil {
+				return err
+			}
+			return printEvents(cmd.Context(), store, r.ID, os.Stdout, evJSON, follow)
+		},
+	}
+	events.Flags().BoolVar(&evJSON, "json", false, "print JSON lines, as the door does")
+	events.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until the run ends")
+
+	runs.AddCommand(list, show, events)
+	rootCmd.AddCommand(runs)
+}
+
+func exitText(r *records.Run) string {
+	if r.ExitCode == nil {
+		return "-"
+	}
+	return fmt.Sprint(*r.ExitCode)
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// followPoll is how often --follow looks for new events.
+const followPoll = 200 * time.Millisecond
+
+func printEvents(ctx context.Context, store *records.Store, id string, w io.Writer, asJSON, follow bool) error {
+	var (
+		seq    uint64
+		header bool
+	)
+	enc := json.NewEncoder(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for {
+		evs, next, err := store.Events(id, seq)
+		if err != nil {
+			return err
+		}
+		seq = next
+		for _, ev := range evs {
+			if asJSON {
+				if err := enc.Encode(ev); err != nil {
+					return err
+				}
+				continue
+			}
+			if !header {
+				fmt.Fprintln(tw, "TIME\tEVENT\tKIND\tDECISION\tHOST\tPORT\tADDR\tREASON\tBYTES UP/DOWN")
+				header = true
+			}
+			fmt.Fprintln(tw, eventRow(ev))
+		}
+		if !asJSON {
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+		}
+		if !follow {
+			return nil
+		}
+		r, err := dispatch.Show(store, id)
+		if err != nil {
+			return err
+		}
+		if r.Ended() && len(evs) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(followPoll):
+		}
+	}
+}
+
+func eventRow(ev door.Event) string {
+	decision := ev.Decision
+	if ev.WouldDeny {
+		decision += " (would deny)"
+	}
+	bytes := ""
+	if ev.Event == "end" {
+		bytes = fmt.Sprintf("%d/%d", ev.BytesUp, ev.BytesDown)
+		decision = "-"
+	}
+	port := ""
+	if ev.Port != 0 {
+		port = fmt.Sprint(ev.Port)
+	}
+	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ev.Time.Local().Format("15:04:05.000"), ev.Event, ev.Kind, decision,
+		ev.Host, port, ev.Addr, ev.Reason, bytes)
+}
