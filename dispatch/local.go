@@ -76,7 +76,7 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 	defer wall.Close()
 
 	evlog := store.NewEventLog(run.ID, spec.OnEvent)
-	d, err := door.New(door.Config{Policy: pol, Resolver: spec.Resolver, AddHosts: pins, Emit: evlog.Emit, Run: run.ID, Logger: spec.Logger})
+	d, err := door.New(door.Config{Policy: pol.WithSelf(netwall.RunAddrs()...), Resolver: spec.Resolver, AddHosts: pins, Emit: evlog.Emit, Run: run.ID, Logger: spec.Logger})
 	if err != nil {
 		_ = evlog.Close(ctx)
 		return 0, fmt.Errorf("start the door: %w", err)

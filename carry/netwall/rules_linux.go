@@ -352,3 +352,7 @@ func describeExpr(e expr.Any) string {
 		return fmt.Sprintf("[ %T ]", e)
 	}
 }
+
+// RunAddrs are the run's own addresses inside the wall besides 127.0.0.1 and ::1.
+// The door floors them as its own: they name nothing outside the run.
+func RunAddrs() []netip.Addr { return []netip.Addr{runAddr4, runAddr6} }
