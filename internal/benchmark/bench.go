@@ -120,7 +120,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// Each tunnel costs the proxy two descriptors; keep some for listeners,
 	// logs and the upstream side.
 	if most := (int(limit) - 300) / 2; cfg.IdleTunnels > most {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("idle tunnels capped at %d (asked %d): the open-file hard limit is %d and cannot be raised here (no CAP_SYS_RESOURCE), and each tunnel holds two descriptors in the proxy", most, cfg.IdleTunnels, limit))
+		rep.Notes = append(rep.Notes, fmt.Sprintf("idle tunnels capped at %d (asked %d): the open-file hard limit is %d and cannot be raised here (no CAP_SYS_RESOURCE), and each tunnel holds at least two descriptors in the proxy", most, cfg.IdleTunnels, limit))
 		cfg.IdleTunnels = most
 		rep.Config.IdleTunnels = most
 	}
