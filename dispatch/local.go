@@ -2,7 +2,6 @@ package dispatch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -11,9 +10,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/postern-dev/postern/carry"
-	"github.com/postern-dev/postern/carry/netwall"
-	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
@@ -42,123 +38,27 @@ next:
 }
 
 func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy, pins map[string][]netip.Addr) (int, error) {
-	stdin, stdout, stderr := spec.Stdin, spec.Stdout, spec.Stderr
-	var tty *terminal
-	if isTerminal(stdin) {
-		t, err := openTerminal(stdin, stdout)
-		if err != nil {
-			return 0, err
-		}
-		tty = t
-		defer tty.close()
-		stdin, stdout, stderr = t.slave, t.slave, t.slave
-	}
-	wall, err := netwall.Raise(ctx, netwall.Spec{
-		Command: spec.Command,
-		Dir:     spec.Dir,
-		Env:     walledEnv(spec.Env),
-		Ports:   pol.Ports,
-		Stdin:   stdin,
-		Stdout:  stdout,
-		Stderr:  stderr,
-		TTY:     tty != nil,
-		Logger:  spec.Logger,
-	})
-	if err != nil {
-		var kerr *netwall.KernelError
-		if errors.As(err, &kerr) {
-			return 0, &carry.Refusal{Lane: run.Lane, Machine: run.Machine,
-				AtRunTime: fmt.Sprintf("the kernel refused the wall at run time (%s: %v)", kerr.Step, kerr.Err),
-				Fix:       kerr.Remedy + "; then run 'postern machine probe-confinement " + run.Machine + "' again"}
-		}
-		return 0, fmt.Errorf("raise the network wall: %w", err)
-	}
-	defer wall.Close()
-
 	evlog := store.NewEventLog(run.ID, spec.OnEvent)
-	d, err := door.New(door.Config{Policy: pol.WithSelf(netwall.RunAddrs()...), Resolver: spec.Resolver, AddHosts: pins, Emit: evlog.Emit, Run: run.ID, Logger: spec.Logger})
-	if err != nil {
-		_ = evlog.Close(ctx)
-		return 0, fmt.Errorf("start the door: %w", err)
-	}
-	// The door outlives a cancelled ctx long enough to drain; it is stopped below.
-	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
-	doorDone := make(chan error, 1)
-	go func() { doorDone <- d.Run(doorCtx, wall.Listeners()) }()
-
-	code, runErr := superviseWall(ctx, wall, tty, spec.Signals)
-
-	stopDoor()
+	code, runErr := RunWalled(ctx, Walled{
+		Run: run.ID, Machine: run.Machine, Lane: run.Lane,
+		Command: spec.Command, Dir: spec.Dir, Env: spec.Env,
+		Policy: pol, Pins: pins, Resolver: spec.Resolver,
+		Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr,
+		Signals: spec.Signals, Emit: evlog.Emit,
+		Logger: spec.Logger, Warn: spec.Warn,
+	})
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
-	var doorErr error
-	select {
-	case doorErr = <-doorDone:
-	case <-tctx.Done():
-		doorErr = fmt.Errorf("the door did not stop within %s", teardownTimeout)
-	}
 	logErr := evlog.Close(tctx)
 	run.Allowed, run.Denied, run.WouldDeny = evlog.Counts()
 	if runErr != nil {
 		return code, runErr
 	}
-	if err := errors.Join(doorErr, logErr); err != nil {
-		spec.Logger.Warn("run teardown", "run", run.ID, "err", err)
-		fmt.Fprintf(spec.Warn, "postern: run %s: %v\n", run.ID, err)
+	if logErr != nil {
+		spec.Logger.Warn("run teardown", "run", run.ID, "err", logErr)
+		fmt.Fprintf(spec.Warn, "postern: run %s: %v\n", run.ID, logErr)
 	}
 	return code, nil
-}
-
-// superviseWall starts the walled command and waits for it, forwarding signals. When
-// ctx is done the run gets SIGTERM, then SIGKILL after killGrace.
-func superviseWall(ctx context.Context, wall *netwall.Wall, tty *terminal, signals <-chan os.Signal) (int, error) {
-	if err := wall.Start(); err != nil {
-		return 0, fmt.Errorf("start the run inside the wall: %w", err)
-	}
-	if tty != nil {
-		if err := tty.start(); err != nil {
-			_ = wall.Signal(syscall.SIGKILL)
-		}
-	}
-	type exit struct {
-		code int
-		err  error
-	}
-	waited := make(chan exit, 1)
-	go func() {
-		code, err := wall.Wait()
-		waited <- exit{code, err}
-	}()
-	var killTimer <-chan time.Time
-	done := ctx.Done()
-	for {
-		select {
-		case e := <-waited:
-			if tty != nil {
-				tty.wait()
-			}
-			return e.code, e.err
-		case sig := <-signals:
-			s, ok := sig.(syscall.Signal)
-			if !ok {
-				continue
-			}
-			if s == syscall.SIGWINCH {
-				if tty != nil {
-					tty.resize()
-				}
-				continue
-			}
-			_ = wall.Signal(s)
-		case <-done:
-			done = nil
-			_ = wall.Signal(syscall.SIGTERM)
-			killTimer = time.After(killGrace)
-		case <-killTimer:
-			_ = wall.Signal(syscall.SIGKILL)
-			_ = wall.Close()
-		}
-	}
 }
 
 // runOpen runs the command with no wall: the person asked for it with --egress-open.

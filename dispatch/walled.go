@@ -1,0 +1,189 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/policy"
+)
+
+// Walled is one command behind the network wall with the door beside it. A local
+// run and the remote agent both run it: only where the streams and the events go
+// differs.
+type Walled struct {
+	Run     string // the run's id, copied into every event
+	Machine string
+	Lane    string
+
+	Command []string
+	Dir     string
+	Env     []string // proxy variables are dropped
+
+	Policy   *policy.Policy
+	Pins     map[string][]netip.Addr
+	Resolver string
+
+	// Stdin, Stdout and Stderr are the run's streams; a terminal on Stdin gets the
+	// run its own pseudo-terminal with Stdin's size.
+	Stdin, Stdout, Stderr *os.File
+	// Signals are forwarded to the run; SIGWINCH resizes its terminal.
+	Signals <-chan os.Signal
+	// Emit receives every event of the door. It must not block for long.
+	Emit func(door.Event)
+	// KillGrace is how long the run has between SIGTERM and SIGKILL once ctx is
+	// done; zero means 5s.
+	KillGrace time.Duration
+	// OnStart, if set, is called once the command runs inside the wall.
+	OnStart func()
+
+	Logger *slog.Logger
+	Warn   io.Writer // teardown problems meant for the person
+}
+
+// RunWalled raises the wall, serves the door on its listeners, starts the command
+// and waits for it. When ctx is done the run gets SIGTERM, then SIGKILL after
+// KillGrace. It returns the command's exit status (128+n for signal n). A wall the
+// kernel refuses is a *carry.Refusal.
+func RunWalled(ctx context.Context, w Walled) (int, error) {
+	if w.Logger == nil {
+		w.Logger = slog.New(slog.DiscardHandler)
+	}
+	if w.Warn == nil {
+		w.Warn = io.Discard
+	}
+	if w.Emit == nil {
+		w.Emit = func(door.Event) {}
+	}
+	if w.KillGrace <= 0 {
+		w.KillGrace = killGrace
+	}
+	if w.Policy == nil {
+		w.Policy = policy.Nothing()
+	}
+	stdin, stdout, stderr := w.Stdin, w.Stdout, w.Stderr
+	var tty *terminal
+	if isTerminal(stdin) {
+		t, err := openTerminal(stdin, stdout)
+		if err != nil {
+			return 0, err
+		}
+		tty = t
+		defer tty.close()
+		stdin, stdout, stderr = t.slave, t.slave, t.slave
+	}
+	wall, err := netwall.Raise(ctx, netwall.Spec{
+		Command: w.Command,
+		Dir:     w.Dir,
+		Env:     walledEnv(w.Env),
+		Ports:   w.Policy.Ports,
+		Stdin:   stdin,
+		Stdout:  stdout,
+		Stderr:  stderr,
+		TTY:     tty != nil,
+		Logger:  w.Logger,
+	})
+	if err != nil {
+		var kerr *netwall.KernelError
+		if errors.As(err, &kerr) {
+			return 0, &carry.Refusal{Lane: w.Lane, Machine: w.Machine,
+				AtRunTime: fmt.Sprintf("the kernel refused the wall at run time (%s: %v)", kerr.Step, kerr.Err),
+				Fix:       kerr.Remedy + "; then run 'postern machine probe-confinement " + w.Machine + "' again"}
+		}
+		return 0, fmt.Errorf("raise the network wall: %w", err)
+	}
+	defer wall.Close()
+
+	d, err := door.New(door.Config{Policy: w.Policy.WithSelf(netwall.RunAddrs()...), Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger})
+	if err != nil {
+		return 0, fmt.Errorf("start the door: %w", err)
+	}
+	// The door outlives a cancelled ctx long enough to drain; it is stopped below.
+	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
+	doorDone := make(chan error, 1)
+	go func() { doorDone <- d.Run(doorCtx, wall.Listeners()) }()
+
+	code, runErr := superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
+
+	stopDoor()
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	var doorErr error
+	select {
+	case doorErr = <-doorDone:
+	case <-tctx.Done():
+		doorErr = fmt.Errorf("the door did not stop within %s", teardownTimeout)
+	}
+	if runErr != nil {
+		return code, runErr
+	}
+	if doorErr != nil {
+		w.Logger.Warn("run teardown", "run", w.Run, "err", doorErr)
+		fmt.Fprintf(w.Warn, "postern: run %s: %v\n", w.Run, doorErr)
+	}
+	return code, nil
+}
+
+// superviseWall starts the walled command and waits for it, forwarding signals. When
+// ctx is done the run gets SIGTERM, then SIGKILL after grace.
+func superviseWall(ctx context.Context, wall *netwall.Wall, tty *terminal, signals <-chan os.Signal, grace time.Duration, onStart func()) (int, error) {
+	if err := wall.Start(); err != nil {
+		return 0, fmt.Errorf("start the run inside the wall: %w", err)
+	}
+	if tty != nil {
+		if err := tty.start(); err != nil {
+			_ = wall.Signal(syscall.SIGKILL)
+		}
+	}
+	if onStart != nil {
+		onStart()
+	}
+	type exit struct {
+		code int
+		err  error
+	}
+	waited := make(chan exit, 1)
+	go func() {
+		code, err := wall.Wait()
+		waited <- exit{code, err}
+	}()
+	var killTimer <-chan time.Time
+	done := ctx.Done()
+	for {
+		select {
+		case e := <-waited:
+			if tty != nil {
+				tty.wait()
+			}
+			return e.code, e.err
+		case sig := <-signals:
+			s, ok := sig.(syscall.Signal)
+			if !ok {
+				continue
+			}
+			if s == syscall.SIGWINCH {
+				if tty != nil {
+					tty.resize()
+				}
+				continue
+			}
+			_ = wall.Signal(s)
+		case <-done:
+			done = nil
+			_ = wall.Signal(syscall.SIGTERM)
+			killTimer = time.After(grace)
+		case <-killTimer:
+			_ = wall.Signal(syscall.SIGKILL)
+			_ = wall.Close()
+		}
+	}
+}
