@@ -1,0 +1,534 @@
+//go:build linux
+
+package benchmark
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/postern-dev/postern/internal/testhosts"
+)
+
+// SRTPackage is the sandbox-runtime release the wall is compared with.
+const SRTPackage = "@anthropic-ai/sandbox-runtime@0.0.83"
+
+// Goals the wall is held to.
+const (
+	GoalWallStartOverhead = 50 * time.Millisecond // postern run -- true, over bare true (p50)
+	GoalSRTOverPostern    = 5.0                   // srt -c true ÷ postern run -- true (p50)
+)
+
+// WallConfig says what the wall benchmark measures and how much. Zero values
+// take the defaults.
+type WallConfig struct {
+	// Postern is the built postern binary; "" builds ./cmd/postern from the
+	// module root (the working directory).
+	Postern string
+	// Startups is how many times each start-up command runs (default 20),
+	// after two unmeasured runs each.
+	Startups int
+	// SRT is the srt executable. "" installs SRTPackage with npm into
+	// SRTCache (once; later runs reuse it). NoSRT leaves srt out.
+	SRT      string
+	SRTCache string
+	NoSRT    bool
+	// BulkBytes per throughput run (default 256 MiB), BulkRuns runs (default 3).
+	BulkBytes int64
+	BulkRuns  int
+	// SetupSamples connections per path (default 500).
+	SetupSamples int
+	Logger       *slog.Logger
+}
+
+func (c *WallConfig) defaults() {
+	if c.Startups == 0 {
+		c.Startups = 20
+	}
+	if c.BulkBytes == 0 {
+		c.BulkBytes = 256 << 20
+	}
+	if c.BulkRuns == 0 {
+		c.BulkRuns = 3
+	}
+	if c.SetupSamples == 0 {
+		c.SetupSamples = 500
+	}
+	if c.SRTCache == "" {
+		dir, err := os.UserCacheDir()
+		if err != nil {
+			dir = os.TempDir()
+		}
+		c.SRTCache = filepath.Join(dir, "postern-bench", "srt-0.0.83")
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+}
+
+// StartupResult is the wall-clock time, from exec to exit, of one command
+// that does nothing (`true`) run bare or inside a sandbox.
+type StartupResult struct {
+	Name    string
+	Command string
+	Samples []time.Duration // sorted; empty when the command could not run
+	Err     string          // why it was not measured
+}
+
+// Mean of the samples.
+func (s StartupResult) Mean() time.Duration {
+	if len(s.Samples) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range s.Samples {
+		sum += d
+	}
+	return sum / time.Duration(len(s.Samples))
+}
+
+// P50 of the samples.
+func (s StartupResult) P50() time.Duration { return percentile(s.Samples, 0.50) }
+
+// P90 of the samples.
+func (s StartupResult) P90() time.Duration { return percentile(s.Samples, 0.90) }
+
+// WallPath is what was measured on one network path to the upstream host.
+type WallPath struct {
+	Name       string
+	Throughput float64 // bytes per second, median of the runs
+	SetupP50   time.Duration
+	SetupP99   time.Duration
+	Err        string
+}
+
+// WallReport is one wall benchmark run.
+type WallReport struct {
+	Config  WallConfig
+	Machine Machine
+	Bwrap   string
+	SRT     string // version, or why it is missing
+	Node    string
+	Startup []StartupResult // bare first
+	Paths   []WallPath      // direct first
+	Notes   []string
+	Elapsed time.Duration
+}
+
+// startup names, in the order of the report.
+const (
+	startBare    = "bare"
+	startBwrap   = "bwrap"
+	startPostern = "postern"
+	startSRT     = "srt"
+)
+
+// RunWall measures the wall: the start-up cost of `postern run -- true` beside
+// bare `true`, bubblewrap and sandbox-runtime, and bulk throughput and
+// connection setup from a client behind the wall against the same client in
+// a plain network namespace. It needs root. All traffic stays on the test
+// hosts' links and inside the run's own namespace.
+func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
+	cfg.defaults()
+	log := cfg.Logger
+	started := time.Now()
+	if os.Geteuid() != 0 {
+		return nil, ErrNeedsRoot
+	}
+	dir, err := os.MkdirTemp("", "postern-wallbench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return nil, err
+	}
+
+	bin := cfg.Postern
+	if bin == "" {
+		bin = filepath.Join(dir, "postern")
+		log.Info("building postern", "out", bin)
+		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/postern").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("build postern (run from the module root, or pass the binary): %w: %s", err, out)
+		}
+	}
+	if bin, err = filepath.Abs(bin); err != nil {
+		return nil, err
+	}
+	rep := &WallReport{Config: cfg, Machine: describe(bin)}
+	rep.Bwrap = firstLine(exec.CommandContext(ctx, "bwrap", "--version"))
+	rep.Node = firstLine(exec.CommandContext(ctx, "node", "--version"))
+
+	// The run's working directory stays visible inside the wall (its /tmp is
+	// otherwise empty), so the client binary goes there.
+	client := filepath.Join(dir, "wallbench-client")
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	if err := copyExecutable(self, client); err != nil {
+		return nil, err
+	}
+
+	home := filepath.Join(dir, "home")
+	env := append(os.Environ(), "POSTERN_HOME="+home)
+	log.Info("measuring the machine", "postern", bin)
+	if out, err := runIn(ctx, dir, env, bin, "machine", "probe-confinement", "local"); err != nil {
+		return nil, fmt.Errorf("postern machine probe-confinement local: %w\n%s", err, out)
+	}
+
+	srt := cfg.SRT
+	var srtErr string
+	switch {
+	case cfg.NoSRT:
+		srtErr = "left out (-no-srt)"
+	case srt == "":
+		log.Info("installing sandbox-runtime", "package", SRTPackage, "into", cfg.SRTCache)
+		if srt, err = installSRT(ctx, cfg.SRTCache); err != nil {
+			srtErr = err.Error()
+		}
+	}
+	srtSettings := filepath.Join(dir, "srt-settings.json")
+	if err := os.WriteFile(srtSettings, []byte(`{"network":{"allowedDomains":[],"deniedDomains":[]},"filesystem":{"denyRead":[],"allowWrite":[],"denyWrite":[]}}`+"\n"), 0o644); err != nil {
+		return nil, err
+	}
+	if srt != "" {
+		rep.SRT = SRTPackage + ", " + firstLine(exec.CommandContext(ctx, srt, "--version"))
+	} else {
+		rep.SRT = "not run: " + srtErr
+	}
+
+	cmds := []startCmd{
+		{name: startBare, argv: []string{"true"}},
+		{name: startBwrap, argv: []string{"bwrap", "--unshare-net", "--ro-bind", "/", "/", "true"}},
+		{name: startPostern, argv: []string{bin, "run", "--", "true"}, show: "postern run -- true", env: env},
+		{name: startSRT, argv: []string{srt, "-s", srtSettings, "-c", "true"}, show: "srt -c true", skip: srtErr},
+	}
+	log.Info("start-up", "commands", len(cmds), "runs", cfg.Startups)
+	rep.Startup = measureStartups(ctx, dir, cmds, cfg.Startups)
+
+	log.Info("making test hosts")
+	paths, err := wallPaths(ctx, cfg, dir, bin, client, env)
+	if err != nil {
+		return nil, err
+	}
+	rep.Paths = paths
+	rep.Elapsed = time.Since(started)
+	return rep, nil
+}
+
+// startCmd is one command of the start-up comparison.
+type startCmd struct {
+	name string
+	argv []string
+	show string // how the report names it; "" joins argv
+	env  []string
+	skip string // why it cannot run
+}
+
+// measureStartups runs each command once to see that it works, twice more
+// unmeasured, then n times measured, round-robin so that noise spreads evenly.
+func measureStartups(ctx context.Context, dir string, cmds []startCmd, n int) []StartupResult {
+	res := make([]StartupResult, len(cmds))
+	live := make([]bool, len(cmds))
+	for i, c := range cmds {
+		res[i] = StartupResult{Name: c.name, Command: c.show}
+		if res[i].Command == "" {
+			res[i].Command = strings.Join(c.argv, " ")
+		}
+		if c.skip != "" {
+			res[i].Err = c.skip
+			continue
+		}
+		if _, err := exec.LookPath(c.argv[0]); err != nil {
+			res[i].Err = fmt.Sprintf("%s not found: %v", c.argv[0], err)
+			continue
+		}
+		if _, out, err := timeCommand(ctx, dir, c); err != nil {
+			res[i].Err = fmt.Sprintf("%s failed here: %v: %s", res[i].Command, err, lastLines(out, 3))
+			continue
+		}
+		live[i] = true
+	}
+	for round := -2; round < n; round++ {
+		for i, c := range cmds {
+			if !live[i] || ctx.Err() != nil {
+				continue
+			}
+			d, out, err := timeCommand(ctx, dir, c)
+			if err != nil {
+				res[i].Err = fmt.Sprintf("%s failed on run %d: %v: %s", res[i].Command, round+3, err, lastLines(out, 3))
+				res[i].Samples = nil
+				live[i] = false
+				continue
+			}
+			if round >= 0 {
+				res[i].Samples = append(res[i].Samples, d)
+			}
+		}
+	}
+	for i := range res {
+		slices.Sort(res[i].Samples)
+	}
+	return res
+}
+
+// timeCommand runs c with no input and returns the time from start to exit.
+func timeCommand(ctx context.Context, dir string, c startCmd) (time.Duration, string, error) {
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, c.argv[0], c.argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = c.env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 5 * time.Second
+	start := time.Now()
+	err := cmd.Run()
+	return time.Since(start), out.String(), err
+}
+
+// installSRT installs SRTPackage under cache with npm, unless it is there, and
+// returns the srt executable.
+func installSRT(ctx context.Context, cache string) (string, error) {
+	srt := filepath.Join(cache, "node_modules", ".bin", "srt")
+	if _, err := os.Stat(srt); err == nil {
+		return srt, nil
+	}
+	if _, err := exec.LookPath("npm"); err != nil {
+		return "", fmt.Errorf("npm not found (apt-get install npm), so %s could not be installed", SRTPackage)
+	}
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", err
+	}
+	cctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(cctx, "npm", "install", "--no-audit", "--no-fund", "--prefix", cache, SRTPackage).CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("npm install %s: %v: %s", SRTPackage, err, lastLines(string(out), 5))
+	}
+	if _, err := os.Stat(srt); err != nil {
+		return "", fmt.Errorf("npm install %s left no %s", SRTPackage, srt)
+	}
+	return srt, nil
+}
+
+// Ports of the upstream servers. They are not 80 or 443, so the door connects
+// upstream first and checks the client's first bytes as they pass.
+const (
+	wallBulkPort = 7001
+	wallEchoPort = 7002
+)
+
+// wallPaths measures the client directly from a plain network namespace wired
+// to the upstream host by its own veth pair, then as the command of
+// `postern run` whose policy admits the upstream host's /24.
+func wallPaths(ctx context.Context, cfg WallConfig, dir, bin, client string, env []string) ([]WallPath, error) {
+	lab, err := testhosts.NewLab(ctx, "wallbench")
+	if err != nil {
+		return nil, err
+	}
+	defer lab.Close()
+	up, err := lab.Host(ctx, "upstream")
+	if err != nil {
+		return nil, err
+	}
+	nsHost, err := lab.Host(ctx, "ns")
+	if err != nil {
+		return nil, err
+	}
+	cl, err := lab.Host(ctx, "client")
+	if err != nil {
+		return nil, err
+	}
+	// The door's own lookups go to a DNS server that knows nothing: the
+	// benchmark uses addresses only, and nothing may ask a real resolver.
+	dns, err := nsHost.ServeDNS(53, nil)
+	if err != nil {
+		return nil, err
+	}
+	bulk, err := up.ServeBulk(wallBulkPort)
+	if err != nil {
+		return nil, err
+	}
+	echo, err := up.ServeTCPEcho(wallEchoPort)
+	if err != nil {
+		return nil, err
+	}
+	if err := wireDirect(lab.Subnet(), cl, up); err != nil {
+		return nil, err
+	}
+
+	job := clientJob{Bulk: bulk.Addr.String(), BulkBytes: cfg.BulkBytes, BulkRuns: cfg.BulkRuns,
+		Echo: echo.Addr.String(), SetupSamples: cfg.SetupSamples}
+	raw, err := json.Marshal(job)
+	if err != nil {
+		return nil, err
+	}
+	jobEnv := append(slices.Clip(env), wallClientEnv+"="+string(raw))
+
+	pol := filepath.Join(dir, "wall-policy.hcl")
+	src := fmt.Sprintf("mode = \"enforce\"\nports = [%d, %d]\nallow_cidrs = [%q]\n", wallBulkPort, wallEchoPort, up.Prefix.Masked())
+	if err := os.WriteFile(pol, []byte(src), 0o644); err != nil {
+		return nil, err
+	}
+
+	measure := func(name string, cmd *exec.Cmd) WallPath {
+		p := WallPath{Name: name}
+		cfg.Logger.Info("throughput and setup", "path", name, "bytes", cfg.BulkBytes, "runs", cfg.BulkRuns, "samples", cfg.SetupSamples)
+		cmd.Env = jobEnv
+		cmd.Dir = dir
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		cmd.WaitDelay = 5 * time.Second
+		out, err := cmd.Output()
+		if err != nil {
+			p.Err = fmt.Sprintf("%v: %s", err, lastLines(stderr.String(), 3))
+			return p
+		}
+		var res clientResult
+		if err := json.Unmarshal(out, &res); err != nil {
+			p.Err = fmt.Sprintf("client printed %q: %v", lastLines(string(out), 2), err)
+			return p
+		}
+		rates := slices.Clone(res.BulkRates)
+		slices.Sort(rates)
+		if len(rates) > 0 {
+			p.Throughput = rates[len(rates)/2]
+		}
+		p.SetupP50, p.SetupP99 = percentile(res.Setup, 0.50), percentile(res.Setup, 0.99)
+		return p
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	direct := measure("direct (plain netns, veth)", cl.Command(cctx, client))
+	walled := measure("through the wall (postern run)", exec.CommandContext(cctx, bin, "run", "--quiet",
+		"--policy", pol, "--resolver", dns.Addr.String(), "--", "./"+filepath.Base(client)))
+	return []WallPath{direct, walled}, nil
+}
+
+// wireDirect joins the client host to the upstream host with a veth pair of
+// their own, client at .1 and upstream at .2 of a /30 from the lab's top /24,
+// and routes the upstream host's address over it from the client. The pair
+// lives only inside the two hosts' namespaces and goes with them.
+func wireDirect(subnet netip.Prefix, client, upstream *testhosts.Host) error {
+	base := subnet.Addr().As4()
+	base[2] = 254
+	cAddr, uAddr := base, base
+	cAddr[3], uAddr[3] = 1, 2
+	cIP, uIP := netip.AddrFrom4(cAddr), netip.AddrFrom4(uAddr)
+
+	cns, err := netns.GetFromName(client.NetNS)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", client.NetNS, err)
+	}
+	defer cns.Close()
+	uns, err := netns.GetFromName(upstream.NetNS)
+	if err != nil {
+		return fmt.Errorf("open netns %s: %w", upstream.NetNS, err)
+	}
+	defer uns.Close()
+	veth := &netlink.Veth{
+		LinkAttrs:     netlink.LinkAttrs{Name: "direct0", Namespace: netlink.NsFd(int(cns))},
+		PeerName:      "direct0",
+		PeerNamespace: netlink.NsFd(int(uns)),
+	}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add the direct veth pair between %s and %s: %w", client.Name, upstream.Name, err)
+	}
+	for _, side := range []struct {
+		ns   netns.NsHandle
+		addr netip.Addr
+	}{{cns, cIP}, {uns, uIP}} {
+		h, err := netlink.NewHandleAt(side.ns)
+		if err != nil {
+			return fmt.Errorf("netlink in a test host: %w", err)
+		}
+		err = func() error {
+			defer h.Close()
+			ln, err := h.LinkByName("direct0")
+			if err != nil {
+				return err
+			}
+			if err := h.AddrAdd(ln, &netlink.Addr{IPNet: &net.IPNet{IP: side.addr.AsSlice(), Mask: net.CIDRMask(30, 32)}}); err != nil {
+				return err
+			}
+			if err := h.LinkSetUp(ln); err != nil {
+				return err
+			}
+			if side.ns != cns {
+				return nil
+			}
+			return h.RouteAdd(&netlink.Route{LinkIndex: ln.Attrs().Index, Src: side.addr.AsSlice(),
+				Dst: &net.IPNet{IP: upstream.Addr.AsSlice(), Mask: net.CIDRMask(32, 32)}})
+		}()
+		if err != nil {
+			return fmt.Errorf("wire the direct link at %s: %w", side.addr, err)
+		}
+	}
+	return nil
+}
+
+func runIn(ctx context.Context, dir string, env []string, name string, args ...string) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, name, args...)
+	cmd.Dir, cmd.Env = dir, env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("copy %s: %w", src, err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return fmt.Errorf("copy to %s: %w", dst, err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("copy to %s: %w", dst, err)
+	}
+	return out.Close()
+}
+
+func firstLine(cmd *exec.Cmd) string {
+	out, err := cmd.CombinedOutput()
+	line, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
+	if err != nil && line == "" {
+		return "unavailable (" + err.Error() + ")"
+	}
+	return line
+}
+
+// lastLines returns the last n non-empty lines of s, joined by " / ".
+func lastLines(s string, n int) string {
+	var ls []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			ls = append(ls, l)
+		}
+	}
+	if len(ls) > n {
+		ls = ls[len(ls)-n:]
+	}
+	return strings.Join(ls, " / ")
+}

@@ -1,0 +1,171 @@
+//go:build linux
+
+package benchmark
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/postern-dev/postern/internal/testhosts"
+)
+
+// The benchmarks re-execute the test binary: as the wall benchmark's client
+// (directly and behind the wall) and as the idle-tunnel echo child.
+func TestMain(m *testing.M) {
+	switch {
+	case WallClientRequested():
+		if err := ServeWallClient(context.Background(), os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	case ChildRequested():
+		if err := ServeChild(context.Background()); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestRunWallSmall runs the wall benchmark end to end at a small size and
+// checks that every figure was measured and is plausible.
+func TestRunWallSmall(t *testing.T) {
+	testhosts.RequireRoot(t)
+	if testing.Short() {
+		t.Skip("builds postern and raises walls; skipped with -short")
+	}
+	for _, tool := range []string{"bwrap", "true"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Fatalf("the wall benchmark compares with %s: %v (apt-get install bubblewrap)", tool, err)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "postern")
+	build := exec.Command("go", "build", "-o", bin, "../../cmd/postern")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build postern: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := RunWall(ctx, WallConfig{
+		Postern: bin, Startups: 3, NoSRT: true,
+		BulkBytes: 16 << 20, BulkRuns: 1, SetupSamples: 40,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var md bytes.Buffer
+	if err := rep.Markdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{startBare, startBwrap, startPostern} {
+		s := rep.startup(name)
+		if s == nil || s.Err != "" || len(s.Samples) != 3 || s.P50() <= 0 {
+			t.Errorf("start-up %s: %+v\n%s", name, s, md.String())
+		}
+	}
+	if s := rep.startup(startSRT); s == nil || len(s.Samples) != 0 || !strings.Contains(s.Err, "left out") {
+		t.Errorf("srt left out, yet: %+v", s)
+	}
+	// A walled start-up raises namespaces and a door: it cannot be as quick
+	// as exec'ing true.
+	if b, p := rep.startup(startBare), rep.startup(startPostern); p.P50() <= b.P50() {
+		t.Errorf("postern run -- true (%v) no slower than bare true (%v)", p.P50(), b.P50())
+	}
+	if len(rep.Paths) != 2 {
+		t.Fatalf("paths: %+v", rep.Paths)
+	}
+	for _, p := range rep.Paths {
+		if p.Err != "" || p.Throughput <= 0 || p.SetupP50 <= 0 || p.SetupP99 < p.SetupP50 {
+			t.Errorf("path %s: %+v", p.Name, p)
+		}
+	}
+	for _, want := range []string{"### Start-up", "`postern run -- true`", "through the wall (postern run)", "### The wall against its goals"} {
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, md.String())
+		}
+	}
+}
+
+func TestMeasureStartupsSaysWhyACommandWasNotMeasured(t *testing.T) {
+	res := measureStartups(context.Background(), t.TempDir(), []startCmd{
+		{name: "ok", argv: []string{"true"}},
+		{name: "fails", argv: []string{"sh", "-c", "echo it broke >&2; exit 3"}},
+		{name: "missing", argv: []string{"no-such-sandbox-xyz"}},
+		{name: "skipped", argv: []string{"true"}, skip: "npm not found"},
+	}, 4)
+	if len(res[0].Samples) != 4 || res[0].Err != "" {
+		t.Errorf("ok: %+v", res[0])
+	}
+	for i, want := range []string{"", "it broke", "not found", "npm not found"} {
+		if i == 0 {
+			continue
+		}
+		if len(res[i].Samples) != 0 || !strings.Contains(res[i].Err, want) {
+			t.Errorf("%s: err %q, %d samples; want %q", res[i].Name, res[i].Err, len(res[i].Samples), want)
+		}
+	}
+	for i := 1; i < len(res[0].Samples); i++ {
+		if res[0].Samples[i] < res[0].Samples[i-1] {
+			t.Fatalf("samples not sorted: %v", res[0].Samples)
+		}
+	}
+}
+
+func TestWallMarkdownGoals(t *testing.T) {
+	ms := func(v ...float64) []time.Duration {
+		var out []time.Duration
+		for _, x := range v {
+			out = append(out, time.Duration(x*float64(time.Millisecond)))
+		}
+		return out
+	}
+	rep := &WallReport{
+		Config: WallConfig{Startups: 3, BulkBytes: 1 << 20, BulkRuns: 1, SetupSamples: 10},
+		Startup: []StartupResult{
+			{Name: startBare, Command: "true", Samples: ms(1, 1, 1)},
+			{Name: startPostern, Command: "postern run -- true", Samples: ms(30, 31, 40)},
+			{Name: startSRT, Command: "srt -c true", Samples: ms(600, 620, 700)},
+		},
+		Paths: []WallPath{
+			{Name: "direct", Throughput: 2e9, SetupP50: 200 * time.Microsecond, SetupP99: 400 * time.Microsecond},
+			{Name: "wall", Throughput: 1e9, SetupP50: 700 * time.Microsecond, SetupP99: 900 * time.Microsecond},
+		},
+	}
+	var b bytes.Buffer
+	if err := rep.Markdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| `postern run -- true` | 3 | 33.7 | 31.0 | 31.0 | 30.0 | 1.00× |",
+		"| `srt -c true` | 3 | 640.0 | 620.0 | 620.0 | 619.0 | 20.00× |",
+		"| wall | 1000 | 0.50× | 700 | 900 | +500 | 3.50× |",
+		"| 30.0 ms | yes |",
+		"| 20.0× | yes |",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+	rep.Startup[1].Samples = ms(60, 60, 60)
+	rep.Startup[2] = StartupResult{Name: startSRT, Command: "srt -c true", Err: "npm install failed"}
+	b.Reset()
+	rep.Markdown(&b)
+	for _, want := range []string{"| 59.0 ms | **no** |", "not measured", "- `srt -c true`: npm install failed"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("failing report lacks %q:\n%s", want, b.String())
+		}
+	}
+}

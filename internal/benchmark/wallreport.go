@@ -1,0 +1,103 @@
+//go:build linux
+
+package benchmark
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+// Markdown writes the wall report as markdown tables: absolute figures with
+// the ratios beside them, then the goals.
+func (r *WallReport) Markdown(w io.Writer) error {
+	var b strings.Builder
+	m := r.Machine
+	fmt.Fprintf(&b, "Machine: %d cores (%s), %d MiB RAM, Linux %s, %s.  \n", m.Cores, m.CPU, m.MemMiB, m.Kernel, m.Go)
+	fmt.Fprintf(&b, "Sandboxes: %s; bubblewrap %s; sandbox-runtime %s (node %s).  \n", orNA(m.Postern, "postern"), r.Bwrap, r.SRT, r.Node)
+	c := r.Config
+	fmt.Fprintf(&b, "Run: %d start-ups of each command, %d × %d MiB bulk and %d connection setups per path; took %s.\n\n",
+		c.Startups, c.BulkRuns, c.BulkBytes>>20, c.SetupSamples, r.Elapsed.Round(time.Second))
+	for _, n := range r.Notes {
+		fmt.Fprintf(&b, "Note: %s.\n\n", n)
+	}
+
+	bare, pst, srt := r.startup(startBare), r.startup(startPostern), r.startup(startSRT)
+	b.WriteString("### Start-up: a command that does nothing, from exec to exit\n\n")
+	b.WriteString("| command | runs | mean ms | p50 ms | p90 ms | p50 over bare ms | p50 ÷ postern |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Startup {
+		if len(s.Samples) == 0 {
+			fmt.Fprintf(&b, "| `%s` | – | – | – | – | – | – |\n", s.Command)
+			continue
+		}
+		over, per := "–", "–"
+		if bare != nil && len(bare.Samples) > 0 {
+			over = ms(s.P50() - bare.P50())
+		}
+		if pst != nil && len(pst.Samples) > 0 {
+			per = fmt.Sprintf("%.2f×", float64(s.P50())/float64(pst.P50()))
+		}
+		fmt.Fprintf(&b, "| `%s` | %d | %s | %s | %s | %s | %s |\n", s.Command, len(s.Samples), ms(s.Mean()), ms(s.P50()), ms(s.P90()), over, per)
+	}
+
+	if len(r.Paths) > 0 {
+		d := r.Paths[0]
+		b.WriteString("\n### Through the wall against a plain network namespace (same client, same upstream host)\n\n")
+		b.WriteString("| path | bulk MB/s | × direct | setup p50 µs | setup p99 µs | added p50 µs | p50 × direct |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		for i, p := range r.Paths {
+			ratio := func(x, base float64) string {
+				if x == 0 || base == 0 {
+					return "–"
+				}
+				return fmt.Sprintf("%.2f×", x/base)
+			}
+			fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s | %s | %s |\n", p.Name, p.Throughput/1e6, ratio(p.Throughput, d.Throughput),
+				us(p.SetupP50), us(p.SetupP99), added(p.SetupP50, d.SetupP50, i == 0), ratio(float64(p.SetupP50), float64(d.SetupP50)))
+		}
+	}
+
+	b.WriteString("\n### The wall against its goals\n\n| measure | goal | measured | met |\n|---|---|---:|---|\n")
+	if bare != nil && pst != nil && len(bare.Samples) > 0 && len(pst.Samples) > 0 {
+		over := pst.P50() - bare.P50()
+		fmt.Fprintf(&b, "| `postern run -- true` over bare `true` (p50) | ≤ %s ms | %s ms | %s |\n", ms(GoalWallStartOverhead), ms(over), yes(over <= GoalWallStartOverhead))
+	} else {
+		b.WriteString("| `postern run -- true` over bare `true` (p50) | ≤ 50 ms | not measured | **no** |\n")
+	}
+	if srt != nil && pst != nil && len(srt.Samples) > 0 && len(pst.Samples) > 0 {
+		x := float64(srt.P50()) / float64(pst.P50())
+		fmt.Fprintf(&b, "| `srt -c true` ÷ `postern run -- true` (p50) | ≥ %.0f× | %.1f× | %s |\n", GoalSRTOverPostern, x, yes(x >= GoalSRTOverPostern))
+	} else {
+		fmt.Fprintf(&b, "| `srt -c true` ÷ `postern run -- true` (p50) | ≥ %.0f× | not measured | – |\n", GoalSRTOverPostern)
+	}
+
+	var errs []string
+	for _, s := range r.Startup {
+		if s.Err != "" {
+			errs = append(errs, fmt.Sprintf("- `%s`: %s", s.Command, s.Err))
+		}
+	}
+	for _, p := range r.Paths {
+		if p.Err != "" {
+			errs = append(errs, fmt.Sprintf("- %s: %s", p.Name, p.Err))
+		}
+	}
+	if len(errs) > 0 {
+		b.WriteString("\n### Not measured\n\n" + strings.Join(errs, "\n") + "\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r *WallReport) startup(name string) *StartupResult {
+	for i := range r.Startup {
+		if r.Startup[i].Name == name {
+			return &r.Startup[i]
+		}
+	}
+	return nil
+}
+
+func ms(d time.Duration) string {
+	return fmt.Sprintf("%.1f", float64(d)/float64(time.Millisecond))
+}
