@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -35,8 +36,13 @@ EGRESS-CLOSED-DEFAULT-REFUSED). Without --policy the run may reach nothing.
 postern's exit status is the run's.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cmd.Flags().Changed("egress-open") && spec.EgressOpen == "" {
-				return &exitError{2, errors.New("--egress-open needs a reason, e.g. --egress-open \"installing the toolchain from the vendor's site\"")}
+			if cmd.Flags().Changed("egress-open") {
+				// A blank reason, or the next flag or "--" taken as the value
+				// ("--egress-open -- cmd"), is no reason: refuse rather than open.
+				reason := strings.TrimSpace(spec.EgressOpen)
+				if reason == "" || strings.HasPrefix(reason, "-") {
+					return &exitError{2, fmt.Errorf("--egress-open needs a reason, e.g. --egress-open \"installing the toolchain from the vendor's site\" (got %q)", spec.EgressOpen)}
+				}
 			}
 			store, err := openStore()
 			if err != nil {
