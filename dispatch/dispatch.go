@@ -43,6 +43,8 @@ type Spec struct {
 	Logger *slog.Logger
 	// OnEvent, if set, sees every event as it is recorded.
 	OnEvent func(door.Event)
+	// Remote says how to reach a machine over ssh (see remote.go).
+	Remote Remote
 }
 
 // PolicyError is a policy that could not be read or compiled.
@@ -116,10 +118,10 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		return refuse(store, run, err)
 	}
 	run.Carry = string(c)
-	if !m.IsLocal() {
+	if !m.IsLocal() && c != carry.NetworkWall {
 		return refuse(store, run, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
-			AtRunTime: "runs on remote machines are not available in this build",
-			Fix:       "run on --machine local"})
+			AtRunTime: fmt.Sprintf("carry %s is not available on remote machines", c),
+			Fix:       "run with a wall (drop --egress-open), or on --machine local"})
 	}
 	run.State = records.StateRunning
 	if err := store.PutRun(run); err != nil {
@@ -131,6 +133,10 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		fmt.Fprintf(spec.Warn, "postern: WARNING: run %s has an OPEN network (no wall, no door): --egress-open %q; this is recorded\n", run.ID, run.EgressOpenReason)
 		code, err = runOpen(ctx, spec)
 	case carry.NetworkWall:
+		if !m.IsLocal() {
+			code, err = runRemote(ctx, store, run, spec, rec, m)
+			break
+		}
 		code, err = runWalled(ctx, store, run, spec, pol, pins)
 	default:
 		err = &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec), AtRunTime: fmt.Sprintf("carry %s is not available on this machine's platform", c), Fix: "run on a Linux machine"}
@@ -162,6 +168,9 @@ func finish(ctx context.Context, store *records.Store, run *records.Run, code in
 	switch {
 	case errors.As(err, &ref):
 		run.State = records.StateRefused
+		run.Why = err.Error()
+	case errors.Is(err, ErrRunLost):
+		run.State = records.StateLost
 		run.Why = err.Error()
 	case err != nil:
 		run.State = records.StateFailed

@@ -23,9 +23,12 @@ const (
 // Machine is a target host and how to reach it. It never holds what the machine can
 // do: that is only ever measured (see package probe).
 type Machine struct {
-	Name     string            `json:"name"`
-	SSH      string            `json:"ssh,omitempty"` // ssh destination; empty for local
-	Identity string            `json:"identity,omitempty"`
+	Name     string `json:"name"`
+	SSH      string `json:"ssh,omitempty"` // ssh destination; empty for local
+	Identity string `json:"identity,omitempty"`
+	// AgentDir is where the remote agent is installed; "" is
+	// ~/.cache/postern/agents on the machine.
+	AgentDir string            `json:"agent_dir,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	AddedAt  time.Time         `json:"added_at,omitzero"`
 }

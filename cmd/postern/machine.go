@@ -164,7 +164,7 @@ func init() {
 	}
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
 
-	var probeJSON bool
+	var probeJSON, probeAll, trustNewHostKey bool
 	probeCmd := &cobra.Command{
 		Use:   "probe-confinement [NAME...]",
 		Short: "Measure what a machine can wall, by performing each act, and record it",
@@ -174,35 +174,15 @@ Each rung is measured by doing it for real: create a user and network namespace,
 connection with nftables and read its original destination, over IPv4 and IPv6, ask Landlock its
 ABI. The record is the only thing that decides which wall a run gets. Without NAME, measures local.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				args = []string{machine.Local}
-			}
 			store, err := openStore()
 			if err != nil {
 				return err
 			}
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			var views []machineView
-			for _, name := range args {
-				mm, err := store.Machine(name)
-				if err != nil {
-					return err
-				}
-				if !mm.IsLocal() {
-					return fmt.Errorf("machine %q is reached over ssh; measuring remote machines is not available in this build", name)
-				}
-				rec, err := probe.Run(cmd.Context(), probe.Options{Name: name, Version: version, Logger: logger})
-				if err != nil {
-					return fmt.Errorf("measure %s: %w", name, err)
-				}
-				if err := store.PutRecord(rec); err != nil {
-					return err
-				}
-				v, err := viewMachine(store, mm)
-				if err != nil {
-					return err
-				}
-				views = append(views, v)
+			// Remote machines are measured through their agent (machine_remote.go).
+			views, err := probeMachines(cmd.Context(), store, args, probeAll, trustNewHostKey, logger)
+			if err != nil {
+				return err
 			}
 			if probeJSON {
 				if len(views) == 1 {
@@ -223,9 +203,12 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 	}
 	probeCmd.Flags().BoolVar(&probeJSON, "json", false, "print what was measured as JSON")
 
+	probeCmd.Flags().BoolVar(&probeAll, "all", false, "measure every machine, concurrently")
+	probeCmd.Flags().BoolVar(&trustNewHostKey, "trust-new-host-key", false, "accept and record the ssh host key of a machine known_hosts does not list yet (a changed key is never accepted)")
+
 	var (
-		dest, identity string
-		labels         []string
+		dest, identity, agentDir string
+		labels                   []string
 	)
 	add := &cobra.Command{
 		Use:   "add NAME --ssh DEST",
@@ -257,7 +240,10 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			if _, err := store.Machine(name); err == nil {
 				return fmt.Errorf("machine %q exists; remove it first with 'postern machine rm %s'", name, name)
 			}
-			mm := machine.Machine{Name: name, SSH: dest, Identity: identity, Labels: lm, AddedAt: time.Now().UTC()}
+			if _, err := machine.ParseDest(dest); err != nil {
+				return &exitError{2, err}
+			}
+			mm := machine.Machine{Name: name, SSH: dest, Identity: identity, AgentDir: agentDir, Labels: lm, AddedAt: time.Now().UTC()}
 			if err := store.PutMachine(mm); err != nil {
 				return err
 			}
@@ -268,6 +254,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 	add.Flags().StringVar(&dest, "ssh", "", "ssh destination: an alias from ~/.ssh/config or [user@]host[:port]")
 	add.Flags().StringVar(&identity, "identity", "", "private key file")
 	add.Flags().StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	add.Flags().StringVar(&agentDir, "agent-dir", "", "directory on the machine for postern's agent (default ~/.cache/postern/agents); use one that allows executables")
 
 	rm := &cobra.Command{
 		Use:   "rm NAME",
@@ -282,6 +269,6 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 		},
 	}
 
-	m.AddCommand(list, show, probeCmd, add, rm)
+	m.AddCommand(list, show, probeCmd, add, rm, importCommand())
 	rootCmd.AddCommand(m)
 }

@@ -1,0 +1,325 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/records"
+	agent "github.com/postern-dev/postern/remote-agent"
+)
+
+// Version is postern's version, told to agents in the handshake.
+var Version = "dev"
+
+// ErrRunLost means the controller lost the remote agent mid-run: the run's state
+// is "lost". The agent kills such a run and tears its wall down by itself.
+var ErrRunLost = errors.New("run lost")
+
+// Remote says how to reach remote machines.
+type Remote struct {
+	// SSH are the ssh options (home for ~/.ssh, trust on first use).
+	SSH machine.SSHOptions
+	// Progress, if set, is where agent uploads report their progress (a terminal).
+	Progress io.Writer
+}
+
+// connectAgent connects to m over ssh and starts its agent for goos/goarch,
+// installing it first if it is missing or damaged.
+func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r Remote) (*machine.SSHClient, *agent.Client, agent.Process, error) {
+	bin, err := agent.Locate(goos, goarch)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	hash, err := agent.CachedFileHash(bin)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	opts := r.SSH
+	if opts.Identity == "" {
+		opts.Identity = m.Identity
+	}
+	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("machine %s: %w", m.Name, err)
+	}
+	in := agent.Install{Binary: bin, Hash: hash, Dir: m.AgentDir, Version: Version}
+	if r.Progress != nil {
+		in.Progress = uploadProgress(r.Progress, m.Name)
+	}
+	c, p, err := agent.Dial(ctx, sshTransport{sc}, in)
+	if err != nil {
+		sc.Close()
+		return nil, nil, nil, fmt.Errorf("machine %s: %w", m.Name, err)
+	}
+	return sc, c, p, nil
+}
+
+// uploadProgress prints an upload's progress on one terminal line.
+func uploadProgress(w io.Writer, name string) func(done, total int64) {
+	last := time.Time{}
+	return func(done, total int64) {
+		if done < total && time.Since(last) < 100*time.Millisecond {
+			return
+		}
+		last = time.Now()
+		pct := int64(100)
+		if total > 0 {
+			pct = done * 100 / total
+		}
+		fmt.Fprintf(w, "\rpostern: installing the agent on %s: %3d%% (%.1f of %.1f MB)", name, pct, float64(done)/1e6, float64(total)/1e6)
+		if done >= total {
+			fmt.Fprintln(w)
+		}
+	}
+}
+
+// ProbeRemote measures a machine reached over ssh: it asks the remote its OS and
+// architecture, starts (installing if needed) the agent built for them, and has
+// it run the probe there. The record is returned, not stored.
+func ProbeRemote(ctx context.Context, m machine.Machine, r Remote) (*probe.Record, error) {
+	if m.IsLocal() {
+		return nil, fmt.Errorf("machine %s is local: probe it with probe.Run", m.Name)
+	}
+	opts := r.SSH
+	if opts.Identity == "" {
+		opts.Identity = m.Identity
+	}
+	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: %w", m.Name, err)
+	}
+	out, err := sshTransport{sc}.Output(ctx, "uname -s -m")
+	sc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: ask its OS and architecture: %w", m.Name, err)
+	}
+	goos, goarch, err := platform(string(out))
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: %w", m.Name, err)
+	}
+	sc, c, p, err := connectAgent(ctx, m, goos, goarch, r)
+	if err != nil {
+		return nil, err
+	}
+	defer sc.Close()
+	defer p.Close()
+	rec, err := c.Probe(ctx, m.Name)
+	if err != nil {
+		return nil, fmt.Errorf("machine %s: %w", m.Name, err)
+	}
+	rec.Name = m.Name
+	return rec, nil
+}
+
+// platform maps 'uname -s -m' to GOOS and GOARCH.
+func platform(uname string) (goos, goarch string, err error) {
+	f := strings.Fields(uname)
+	if len(f) != 2 {
+		return "", "", fmt.Errorf("unexpected answer to 'uname -s -m': %q", uname)
+	}
+	switch strings.ToLower(f[0]) {
+	case "linux":
+		goos = "linux"
+	case "darwin":
+		goos = "darwin"
+	default:
+		return "", "", fmt.Errorf("operating system %q has no postern agent (linux and darwin do)", f[0])
+	}
+	switch f[1] {
+	case "x86_64", "amd64":
+		goarch = "amd64"
+	case "aarch64", "arm64":
+		goarch = "arm64"
+	default:
+		return "", "", fmt.Errorf("architecture %q has no postern agent (x86_64 and aarch64 do)", f[1])
+	}
+	return goos, goarch, nil
+}
+
+// runRemote runs the command on a remote machine through its agent, which raises
+// the wall and the door there. Events are recorded here as they arrive.
+func runRemote(ctx context.Context, store *records.Store, run *records.Run, spec Spec, rec *probe.Record, m machine.Machine) (int, error) {
+	var src []byte
+	if spec.PolicyPath != "" {
+		b, err := os.ReadFile(spec.PolicyPath)
+		if err != nil {
+			return 0, &PolicyError{fmt.Errorf("read policy: %w", err)}
+		}
+		src = b
+	}
+	r := spec.Remote
+	if r.Progress == nil && isTerminal(spec.Stderr) {
+		r.Progress = spec.Stderr
+	}
+	sc, c, p, err := connectAgent(ctx, m, rec.OS, rec.Arch, r)
+	if err != nil {
+		return 0, err
+	}
+	defer sc.Close()
+	defer p.Close()
+
+	req := agent.RunRequest{
+		ID: run.ID, Machine: m.Name, Lane: run.Lane, Command: spec.Command,
+		Env: remoteEnv(spec.Env), Policy: src, PolicyAt: spec.PolicyPath,
+		AddHosts: spec.AddHosts, Resolver: spec.Resolver,
+	}
+	cio := agent.ClientIO{Stdout: spec.Stdout, Stderr: spec.Stderr, Signals: spec.Signals}
+	if spec.Stdin != nil {
+		cio.Stdin = spec.Stdin
+	}
+	var tty *localTerminal
+	if isTerminal(spec.Stdin) {
+		tty = &localTerminal{f: spec.Stdin}
+		req.TTY = true
+		req.Rows, req.Cols, _ = tty.size()
+		cio.Winsize = tty.size
+	}
+	evlog := store.NewEventLog(run.ID, spec.OnEvent)
+	cio.OnEvent = evlog.Emit
+	cio.OnStart = func(st agent.Started) {
+		run.Landlock = st.Landlock
+		if tty != nil {
+			tty.raw()
+		}
+		if err := store.PutRun(run); err != nil {
+			spec.Logger.Warn("record the run's start", "run", run.ID, "err", err)
+		}
+	}
+	exit, runErr := c.Run(ctx, req, cio)
+	if tty != nil {
+		tty.restore()
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	logErr := evlog.Close(tctx)
+	run.Allowed, run.Denied, run.WouldDeny = evlog.Counts()
+	if runErr != nil {
+		if errors.Is(runErr, agent.ErrLost) {
+			return 0, fmt.Errorf("%w: machine %s: %v; the agent there kills the run and tears its wall down by itself", ErrRunLost, m.Name, runErr)
+		}
+		return 0, runErr
+	}
+	if logErr != nil {
+		fmt.Fprintf(spec.Warn, "postern: run %s: %v\n", run.ID, logErr)
+	}
+	switch {
+	case exit.Refused:
+		return 0, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: rec.MeasuredAt, AtRunTime: exit.Error, Fix: exit.Fix}
+	case exit.Error != "":
+		return exit.Code, fmt.Errorf("machine %s: %s", m.Name, exit.Error)
+	}
+	return exit.Code, nil
+}
+
+// remoteEnv is what of the person's environment goes to a remote run: the
+// terminal and language, nothing else (the remote has its own HOME, PATH, …).
+func remoteEnv(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case k == "TERM", k == "COLORTERM", k == "LANG", strings.HasPrefix(k, "LC_"):
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// localTerminal is the person's terminal during a remote run: raw while the run
+// owns it, its size sent on start and on SIGWINCH.
+type localTerminal struct {
+	f     *os.File
+	state *unix.Termios
+}
+
+func (t *localTerminal) size() (rows, cols uint16, ok bool) {
+	ws, err := unix.IoctlGetWinsize(int(t.f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0, 0, false
+	}
+	return ws.Row, ws.Col, true
+}
+
+func (t *localTerminal) raw() {
+	st, err := unix.IoctlGetTermios(int(t.f.Fd()), unix.TCGETS)
+	if err != nil {
+		return
+	}
+	old := *st
+	t.state = &old
+	st.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
+	st.Oflag &^= unix.OPOST
+	st.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
+	st.Cflag &^= unix.CSIZE | unix.PARENB
+	st.Cflag |= unix.CS8
+	st.Cc[unix.VMIN], st.Cc[unix.VTIME] = 1, 0
+	_ = unix.IoctlSetTermios(int(t.f.Fd()), unix.TCSETS, st)
+}
+
+func (t *localTerminal) restore() {
+	if t.state != nil {
+		_ = unix.IoctlSetTermios(int(t.f.Fd()), unix.TCSETS, t.state)
+	}
+}
+
+// ServeAgentRun is the agent's side of a remote run: it compiles the policy the
+// controller sent and runs the command behind the wall with the door beside it,
+// exactly as a local run does, with the given streams and event sink.
+func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, logger *slog.Logger) (int, error) {
+	pol := policy.Nothing()
+	if len(req.Policy) > 0 {
+		name := req.PolicyAt
+		if name == "" {
+			name = "policy.hcl"
+		}
+		p, err := policy.Parse(name, req.Policy)
+		if err != nil {
+			return 0, fmt.Errorf("policy: %w", err)
+		}
+		pol = p
+	}
+	pins, err := parsePins(req.AddHosts)
+	if err != nil {
+		return 0, err
+	}
+	dir := req.Dir
+	if dir == "" {
+		dir, _ = os.UserHomeDir()
+	}
+	env := append(os.Environ(), req.Env...)
+	code, err := RunWalled(ctx, Walled{
+		Run: req.ID, Machine: req.Machine, Lane: req.Lane,
+		Command: req.Command, Dir: dir, Env: env,
+		Policy: pol, Pins: pins, Resolver: req.Resolver,
+		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr,
+		Signals: rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace, OnStart: rio.OnStart,
+		Logger: logger,
+	})
+	var ref *carry.Refusal
+	if errors.As(err, &ref) {
+		return 0, &agent.RefusedError{Reason: ref.AtRunTime, Fix: ref.Fix}
+	}
+	return code, err
+}
+
+// ProbeHere is the agent's side of a remote probe.
+func ProbeHere(ctx context.Context, name string, logger *slog.Logger) (*probe.Record, error) {
+	return probe.Run(ctx, probe.Options{Name: name, Version: Version, Logger: logger})
+}
+
+
+// LandlockHere says which Landlock ABI a run on this machine is confined with
+// ("" when none is applied).
+func LandlockHere() string { return "" }

@@ -1,0 +1,143 @@
+package dispatch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/postern-dev/postern/machine"
+	agent "github.com/postern-dev/postern/remote-agent"
+)
+
+// sshTransport carries the agent's installation and streams over one ssh
+// connection.
+type sshTransport struct{ c *machine.SSHClient }
+
+var _ agent.Transport = sshTransport{}
+
+func (t sshTransport) Copy(ctx context.Context, local, remote string, progress func(done, total int64)) error {
+	src, err := os.Open(local)
+	if err != nil {
+		return fmt.Errorf("open agent %s: %w", local, err)
+	}
+	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return err
+	}
+	sc, err := sftp.NewClient(t.c.Client, sftp.UseConcurrentWrites(true))
+	if err != nil {
+		return fmt.Errorf("start sftp (the remote sshd needs an sftp subsystem): %w", err)
+	}
+	defer sc.Close()
+	stop := context.AfterFunc(ctx, func() { sc.Close() })
+	defer stop()
+	dst, err := sc.OpenFile(remote, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_EXCL)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", remote, err)
+	}
+	var w io.Writer = dst
+	if progress != nil {
+		w = &progressWriter{w: dst, total: st.Size(), fn: progress}
+	}
+	_, err = io.Copy(w, src)
+	if cerr := dst.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("write %s: %w", remote, err)
+	}
+	if err := sc.Chmod(remote, 0o700); err != nil {
+		return fmt.Errorf("chmod %s: %w", remote, err)
+	}
+	return nil
+}
+
+type progressWriter struct {
+	w           io.Writer
+	done, total int64
+	fn          func(done, total int64)
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.done += int64(n)
+	p.fn(p.done, p.total)
+	return n, err
+}
+
+func (t sshTransport) Output(ctx context.Context, command string) ([]byte, error) {
+	s, err := t.c.NewSession()
+	if err != nil {
+		return nil, fmt.Errorf("open ssh session: %w", err)
+	}
+	defer s.Close()
+	stop := context.AfterFunc(ctx, func() { s.Close() })
+	defer stop()
+	var out, errb bytes.Buffer
+	s.Stdout, s.Stderr = &out, &errb
+	if err := s.Run(command); err != nil {
+		return out.Bytes(), commandError(command, err, errb.String())
+	}
+	return out.Bytes(), nil
+}
+
+func commandError(command string, err error, stderr string) error {
+	var ee *ssh.ExitError
+	if errors.As(err, &ee) {
+		return &agent.CommandError{Command: command, Code: ee.ExitStatus(), Stderr: stderr}
+	}
+	var em *ssh.ExitMissingError
+	if errors.As(err, &em) {
+		return &agent.CommandError{Command: command, Code: -1, Stderr: stderr}
+	}
+	return fmt.Errorf("remote command %q: %w", command, err)
+}
+
+func (t sshTransport) Start(ctx context.Context, command string) (agent.Process, error) {
+	s, err := t.c.NewSession()
+	if err != nil {
+		return nil, fmt.Errorf("open ssh session: %w", err)
+	}
+	in, err := s.StdinPipe()
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	out, err := s.StdoutPipe()
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	p := &sshProcess{s: s, in: in, out: out, command: command}
+	s.Stderr = &p.stderr
+	if err := s.Start(command); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("start %q: %w", command, err)
+	}
+	return p, nil
+}
+
+type sshProcess struct {
+	s       *ssh.Session
+	in      io.WriteCloser
+	out     io.Reader
+	stderr  lockedBuffer
+	command string
+}
+
+func (p *sshProcess) Stdin() io.WriteCloser { return p.in }
+func (p *sshProcess) Stdout() io.Reader     { return p.out }
+func (p *sshProcess) Wait() error {
+	if err := p.s.Wait(); err != nil {
+		return commandError(p.command, err, p.stderr.String())
+	}
+	return nil
+}
+func (p *sshProcess) Close() error { return p.s.Close() }

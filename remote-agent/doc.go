@@ -1,0 +1,19 @@
+// Package agent is postern's remote agent: the process that runs beside a run on a
+// machine reached over ssh, its wire protocol, and how the controller installs it.
+//
+// The agent is the postern binary itself, started as 'postern __agent serve'. It
+// raises the wall and the door on the remote with the same code a local run uses,
+// streams the run's output and the door's events back, and takes stdin, signals
+// and terminal sizes from the controller. When the controller goes away (stdin
+// ends, or heartbeats stop) it kills the run and tears the wall down.
+//
+// The controller installs the agent by content hash under
+// ~/.cache/postern/agents/<hash>/ (or a configured directory): upload to a
+// temporary name, then an atomic rename. An installed agent is reused when it
+// answers the handshake with the expected version and hash.
+//
+// On the wire, each side first writes Magic and a hello frame, so that anything a
+// remote shell prints before the agent starts fails the handshake cleanly. Then
+// both sides exchange frames: one type byte, a four-byte big-endian length, and the
+// payload.
+package agent
