@@ -29,6 +29,14 @@ fuzz:
 	  done; \
 	done
 
+# The wall (start-up against bare true, bubblewrap and sandbox-runtime; throughput and
+# connection setup against a plain network namespace), then the door against squid and
+# tinyproxy, at a size that ends in a few minutes. Needs root; sandbox-runtime is
+# installed with npm into the user cache on first use (-no-srt leaves it out).
+bench: build
+	$(GO) run ./internal/benchmark/cmd/postern-wallbench -postern $(BIN)/postern
+	$(GO) run ./internal/benchmark/cmd/postern-bench -postern $(BIN)/postern -quick
+
 demo: build
 	$(GO) run ./examples/demo -postern $(BIN)/postern
 

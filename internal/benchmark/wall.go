@@ -47,7 +47,7 @@ type WallConfig struct {
 	SRT      string
 	SRTCache string
 	NoSRT    bool
-	// BulkBytes per throughput run (default 256 MiB), BulkRuns runs (default 3).
+	// BulkBytes per throughput run (default 256 MiB), BulkRuns runs (default 5), the paths taking turns.
 	BulkBytes int64
 	BulkRuns  int
 	// SetupSamples connections per path (default 500).
@@ -63,7 +63,7 @@ func (c *WallConfig) defaults() {
 		c.BulkBytes = 256 << 20
 	}
 	if c.BulkRuns == 0 {
-		c.BulkRuns = 3
+		c.BulkRuns = 5
 	}
 	if c.SetupSamples == 0 {
 		c.SetupSamples = 500
@@ -171,6 +171,7 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 		return nil, err
 	}
 	rep := &WallReport{Config: cfg, Machine: describe(bin)}
+	loadStart := loadAverage()
 	rep.Bwrap = firstLine(exec.CommandContext(ctx, "bwrap", "--version"))
 	rep.Node = firstLine(exec.CommandContext(ctx, "node", "--version"))
 
@@ -229,6 +230,9 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 	}
 	rep.Paths = paths
 	rep.Elapsed = time.Since(started)
+	// Every figure here is wall-clock time on a machine that may be doing
+	// other work; the load says how much.
+	rep.Notes = append(rep.Notes, fmt.Sprintf("load average (1 min) %s at the start, %s at the end, on %d cores", loadStart, loadAverage(), rep.Machine.Cores))
 	return rep, nil
 }
 
@@ -374,52 +378,92 @@ func wallPaths(ctx context.Context, cfg WallConfig, dir, bin, client string, env
 		return nil, err
 	}
 
-	job := clientJob{Bulk: bulk.Addr.String(), BulkBytes: cfg.BulkBytes, BulkRuns: cfg.BulkRuns,
-		Echo: echo.Addr.String(), SetupSamples: cfg.SetupSamples}
-	raw, err := json.Marshal(job)
-	if err != nil {
-		return nil, err
-	}
-	jobEnv := append(slices.Clip(env), wallClientEnv+"="+string(raw))
-
 	pol := filepath.Join(dir, "wall-policy.hcl")
 	src := fmt.Sprintf("mode = \"enforce\"\nports = [%d, %d]\nallow_cidrs = [%q]\n", wallBulkPort, wallEchoPort, up.Prefix.Masked())
 	if err := os.WriteFile(pol, []byte(src), 0o644); err != nil {
 		return nil, err
 	}
-
-	measure := func(name string, cmd *exec.Cmd) WallPath {
-		p := WallPath{Name: name}
-		cfg.Logger.Info("throughput and setup", "path", name, "bytes", cfg.BulkBytes, "runs", cfg.BulkRuns, "samples", cfg.SetupSamples)
-		cmd.Env = jobEnv
-		cmd.Dir = dir
-		var stderr bytes.Buffer
-		cmd.Stderr = &stderr
-		cmd.WaitDelay = 5 * time.Second
-		out, err := cmd.Output()
-		if err != nil {
-			p.Err = fmt.Sprintf("%v: %s", err, lastLines(stderr.String(), 3))
-			return p
-		}
-		var res clientResult
-		if err := json.Unmarshal(out, &res); err != nil {
-			p.Err = fmt.Sprintf("client printed %q: %v", lastLines(string(out), 2), err)
-			return p
-		}
-		rates := slices.Clone(res.BulkRates)
-		slices.Sort(rates)
-		if len(rates) > 0 {
-			p.Throughput = rates[len(rates)/2]
-		}
-		p.SetupP50, p.SetupP99 = percentile(res.Setup, 0.50), percentile(res.Setup, 0.99)
-		return p
-	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	direct := measure("direct (plain netns, veth)", cl.Command(cctx, client))
-	walled := measure("through the wall (postern run)", exec.CommandContext(cctx, bin, "run", "--quiet",
-		"--policy", pol, "--resolver", dns.Addr.String(), "--", "./"+filepath.Base(client)))
-	return []WallPath{direct, walled}, nil
+	paths := []struct {
+		WallPath
+		cmd func() *exec.Cmd
+		res clientResult
+	}{
+		{WallPath: WallPath{Name: "direct (plain netns, veth)"}, cmd: func() *exec.Cmd { return cl.Command(cctx, client) }},
+		{WallPath: WallPath{Name: "through the wall (postern run)"}, cmd: func() *exec.Cmd {
+			return exec.CommandContext(cctx, bin, "run", "--quiet", "--policy", pol, "--resolver", dns.Addr.String(),
+				"--", "./"+filepath.Base(client))
+		}},
+	}
+	// The paths take turns, one bulk run and a share of the setups each, so
+	// that whatever else the machine does falls on both alike.
+	rounds := cfg.BulkRuns
+	for r := 0; r < rounds; r++ {
+		job := clientJob{Bulk: bulk.Addr.String(), BulkBytes: cfg.BulkBytes, BulkRuns: 1,
+			Echo: echo.Addr.String(), SetupSamples: share(cfg.SetupSamples, rounds, r)}
+		raw, err := json.Marshal(job)
+		if err != nil {
+			return nil, err
+		}
+		jobEnv := append(slices.Clip(env), wallClientEnv+"="+string(raw))
+		for i := range paths {
+			p := &paths[i]
+			if p.Err != "" {
+				continue
+			}
+			cfg.Logger.Info("throughput and setup", "path", p.Name, "round", r+1, "of", rounds, "bytes", cfg.BulkBytes, "samples", job.SetupSamples)
+			res, err := runClientCmd(p.cmd(), dir, jobEnv)
+			if err != nil {
+				p.Err = err.Error()
+				continue
+			}
+			p.res.BulkRates = append(p.res.BulkRates, res.BulkRates...)
+			p.res.Setup = append(p.res.Setup, res.Setup...)
+		}
+	}
+	out := make([]WallPath, len(paths))
+	for i, p := range paths {
+		w := p.WallPath
+		if w.Err == "" {
+			rates := slices.Clone(p.res.BulkRates)
+			slices.Sort(rates)
+			slices.Sort(p.res.Setup)
+			if len(rates) > 0 {
+				w.Throughput = rates[len(rates)/2]
+			}
+			w.SetupP50, w.SetupP99 = percentile(p.res.Setup, 0.50), percentile(p.res.Setup, 0.99)
+		}
+		out[i] = w
+	}
+	return out, nil
+}
+
+// share is round r's part of n samples split over rounds.
+func share(n, rounds, r int) int {
+	s := n / rounds
+	if r < n%rounds {
+		s++
+	}
+	return s
+}
+
+// runClientCmd runs the measuring client as cmd and reads its result.
+func runClientCmd(cmd *exec.Cmd, dir string, env []string) (clientResult, error) {
+	var res clientResult
+	cmd.Env = env
+	cmd.Dir = dir
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.Output()
+	if err != nil {
+		return res, fmt.Errorf("%v: %s", err, lastLines(stderr.String(), 3))
+	}
+	if err := json.Unmarshal(out, &res); err != nil {
+		return res, fmt.Errorf("client printed %q: %v", lastLines(string(out), 2), err)
+	}
+	return res, nil
 }
 
 // wireDirect joins the client host to the upstream host with a veth pair of
@@ -482,6 +526,19 @@ func wireDirect(subnet netip.Prefix, client, upstream *testhosts.Host) error {
 		}
 	}
 	return nil
+}
+
+// loadAverage is the 1-minute load average, or "unknown".
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "unknown"
+	}
+	return f[0]
 }
 
 func runIn(ctx context.Context, dir string, env []string, name string, args ...string) (string, error) {
