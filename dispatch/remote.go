@@ -319,7 +319,6 @@ func ProbeHere(ctx context.Context, name string, logger *slog.Logger) (*probe.Re
 	return probe.Run(ctx, probe.Options{Name: name, Version: Version, Logger: logger})
 }
 
-
 // LandlockHere says which Landlock ABI a run on this machine is confined with
 // ("" when none is applied).
 func LandlockHere() string { return "" }

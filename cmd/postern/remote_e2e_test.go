@@ -1,0 +1,605 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/internal/testhosts"
+	"github.com/postern-dev/postern/records"
+)
+
+// sshHost is a test host running a real OpenSSH sshd that lets the controller's
+// test key log in as root. Sessions get HOME=Home, so the agent installs under a
+// test directory and never under the real home.
+type sshHost struct {
+	*testhosts.Host
+	Listen  netip.Addr // where sshd listens
+	Home    string     // the remote user's HOME for sessions
+	HostPub string     // the host key, "type base64"
+	cmd     *exec.Cmd
+	log     *lockedLog
+}
+
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// controller is the person's side: a HOME with ~/.ssh (key, config, known_hosts)
+// and a records directory.
+type controller struct {
+	Home        string
+	PosternHome string
+	Key         string // private key file
+	Pub         string // public key line
+}
+
+func newController(t *testing.T) *controller {
+	t.Helper()
+	c := &controller{Home: t.TempDir(), PosternHome: t.TempDir()}
+	ssh := filepath.Join(c.Home, ".ssh")
+	if err := os.MkdirAll(ssh, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c.Key = filepath.Join(ssh, "id_ed25519")
+	keygen(t, c.Key)
+	pub, err := os.ReadFile(c.Key + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Pub = strings.TrimSpace(string(pub))
+	return c
+}
+
+func keygen(t *testing.T, path string) {
+	t.Helper()
+	out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "postern-test", "-f", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ssh-keygen: %v: %s", err, out)
+	}
+}
+
+func (c *controller) sshFile(name string) string { return filepath.Join(c.Home, ".ssh", name) }
+
+// writeSSH writes a file under ~/.ssh.
+func (c *controller) writeSSH(t *testing.T, name, content string) {
+	t.Helper()
+	if err := os.WriteFile(c.sshFile(name), []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// trust adds h's host key for addr (host or [host]:port) to known_hosts.
+func (c *controller) trust(t *testing.T, addr, hostPub string) {
+	t.Helper()
+	f, err := os.OpenFile(c.sshFile("known_hosts"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fmt.Fprintf(f, "%s %s\n", addr, hostPub)
+}
+
+func (c *controller) env() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "HOME", "POSTERN_HOME", "SSH_AUTH_SOCK", "POSTERN_AGENT_DIR":
+			continue
+		}
+		env = append(env, kv)
+	}
+	return append(env, "HOME="+c.Home, "POSTERN_HOME="+c.PosternHome)
+}
+
+// postern runs the built binary as this controller.
+func (c *controller) postern(t *testing.T, args ...string) (stdout, stderr string, code int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var o, e bytes.Buffer
+	cmd := exec.CommandContext(ctx, posternBin, args...)
+	cmd.Stdout, cmd.Stderr = &o, &e
+	cmd.Env = c.env()
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	default:
+		t.Fatalf("run postern %v: %v", args, err)
+	}
+	return o.String(), e.String(), code
+}
+
+// mustPostern runs postern and fails the test unless it exits 0.
+func (c *controller) mustPostern(t *testing.T, args ...string) string {
+	t.Helper()
+	o, e, code := c.postern(t, args...)
+	if code != 0 {
+		t.Fatalf("postern %v: exit %d\nstdout:\n%s\nstderr:\n%s", args, code, o, e)
+	}
+	return o
+}
+
+// startSSHD runs sshd inside h, listening on listen:22, letting pub log in as root.
+func startSSHD(t *testing.T, h *testhosts.Host, listen netip.Addr, pub string) *sshHost {
+	t.Helper()
+	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
+		t.Fatalf("OpenSSH sshd is needed for remote tests (apt-get install openssh-server): %v", err)
+	}
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	s := &sshHost{Host: h, Listen: listen, Home: filepath.Join(dir, "home"), log: &lockedLog{}}
+	if err := os.MkdirAll(s.Home, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hostKey := filepath.Join(dir, "host_ed25519")
+	keygen(t, hostKey)
+	b, err := os.ReadFile(hostKey + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b))
+	s.HostPub = f[0] + " " + f[1]
+	auth := filepath.Join(dir, "authorized_keys")
+	if err := os.WriteFile(auth, []byte(pub+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "sshd_config")
+	cfg := fmt.Sprintf(`ListenAddress %s:22
+HostKey %s
+PidFile %s
+AuthorizedKeysFile %s
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+AllowTcpForwarding yes
+Subsystem sftp internal-sftp
+SetEnv HOME=%s
+PrintMotd no
+LogLevel ERROR
+`, listen, hostKey, filepath.Join(dir, "sshd.pid"), auth, s.Home)
+	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.cmd = h.Command(context.Background(), "/usr/sbin/sshd", "-D", "-e", "-f", conf)
+	s.cmd.Stdout, s.cmd.Stderr = s.log, s.log
+	if err := s.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan struct{})
+	go func() { s.cmd.Wait(); close(waited) }()
+	t.Cleanup(func() {
+		s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-waited:
+		case <-time.After(5 * time.Second):
+			s.cmd.Process.Kill()
+			<-waited
+		}
+		if t.Failed() {
+			t.Logf("sshd on %s:\n%s", h.Name, s.log.String())
+		}
+	})
+	// Wait until sshd accepts: from the root namespace when it listens on the
+	// host's own address, else from inside the host.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var c net.Conn
+		var err error
+		if listen == h.Addr {
+			c, err = net.DialTimeout("tcp", netip.AddrPortFrom(listen, 22).String(), time.Second)
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			c, err = h.Dial(ctx, netip.AddrPortFrom(listen, 22).String())
+			cancel()
+		}
+		if err == nil {
+			c.Close()
+			return s
+		}
+		select {
+		case <-waited:
+			t.Fatalf("sshd exited: %s", s.log.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sshd did not listen on %s:22 within 10s: %v\n%s", listen, err, s.log.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// agentFiles lists the installed agents under a remote home.
+func agentFiles(t *testing.T, home string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(home, ".cache", "postern", "agents", "*", "postern"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// remoteLab is a remote machine running sshd, and an upstream web server that
+// only the remote can reach, over a link of their own.
+type remoteLab struct {
+	Lab      *testhosts.Lab
+	Remote   *sshHost
+	Upstream *testhosts.Host
+	Link     *testhosts.HostLink
+	Web      *testhosts.Server
+	DNS      *testhosts.RecordingDNS
+	C        *controller
+}
+
+func newRemoteLab(t *testing.T) *remoteLab {
+	t.Helper()
+	testhosts.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lab, err := testhosts.NewLab(ctx, "remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := lab.Close(); err != nil {
+			t.Errorf("close lab: %v", err)
+		}
+	})
+	r := &remoteLab{Lab: lab, C: newController(t)}
+	remote, err := lab.Host(ctx, "remote")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Upstream, err = lab.Host(ctx, "upstream"); err != nil {
+		t.Fatal(err)
+	}
+	if r.Link, err = lab.Link(ctx, remote, r.Upstream); err != nil {
+		t.Fatal(err)
+	}
+	if r.Web, err = r.Upstream.ServeHTTPAt(r.Link.AddrB, 80, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The door on the remote asks this server (on the remote itself) for names.
+	if r.DNS, err = remote.ServeDNS(53, map[string][]netip.Addr{"upstream.test": {r.Link.AddrB}}); err != nil {
+		t.Fatal(err)
+	}
+	r.Remote = startSSHD(t, remote, remote.Addr, r.C.Pub)
+	return r
+}
+
+// policy allows upstream.test on port 80 and the link's /24 it lives in.
+func (r *remoteLab) policy(t *testing.T) string {
+	return writeFile(t, "remote-policy.hcl", fmt.Sprintf(`
+mode        = "enforce"
+ports       = [80]
+allow       = ["upstream.test"]
+allow_cidrs = ["%s"]
+`, r.Link.Prefix))
+}
+
+func (r *remoteLab) resolver() string { return netip.AddrPortFrom(r.Remote.Addr, 53).String() }
+
+// addAndProbe adds the remote as name through an ssh config alias and measures it.
+func (r *remoteLab) addAndProbe(t *testing.T, name string) {
+	t.Helper()
+	r.C.writeSSH(t, "config", fmt.Sprintf("Host %s-alias\n  HostName %s\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n  IdentitiesOnly yes\n", name, r.Remote.Addr))
+	r.C.trust(t, r.Remote.Addr.String(), r.Remote.HostPub)
+	r.C.mustPostern(t, "machine", "add", name, "--ssh", name+"-alias")
+	r.C.mustPostern(t, "machine", "probe-confinement", name)
+}
+
+func lastRun(t *testing.T, c *controller) records.Run {
+	t.Helper()
+	out := c.mustPostern(t, "runs", "list", "--json")
+	var rs []records.Run
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("runs list --json: %v: %s", err, out)
+	}
+	if len(rs) == 0 {
+		t.Fatal("no runs recorded")
+	}
+	return rs[len(rs)-1]
+}
+
+func TestRemoteUnmeasuredIsRefused(t *testing.T) {
+	c := newController(t)
+	c.mustPostern(t, "machine", "add", "far", "--ssh", "root@10.255.255.1")
+	_, stderr, code := c.postern(t, "run", "--machine", "far", "--", "true")
+	if code != exitRefused || !strings.Contains(stderr, "EGRESS-CLOSED-DEFAULT-REFUSED") || !strings.Contains(stderr, "remote-linux") {
+		t.Fatalf("run on an unmeasured remote: exit %d, stderr %q; want 77 with the marker and lane remote-linux", code, stderr)
+	}
+}
+
+func TestRemoteRunReachesUpstreamThroughItsDoor(t *testing.T) {
+	r := newRemoteLab(t)
+	r.addAndProbe(t, "far")
+	show := r.C.mustPostern(t, "machine", "show", "far", "--json")
+	if !strings.Contains(show, `"carry": "network-wall"`) || !strings.Contains(show, `"lane": "remote-linux"`) {
+		t.Fatalf("machine show after probing: %s", show)
+	}
+	if len(agentFiles(t, r.Remote.Home)) != 1 {
+		t.Fatalf("agent not installed under the remote's ~/.cache/postern/agents: %v", agentFiles(t, r.Remote.Home))
+	}
+
+	// The upstream listens only on its link to the remote: the root namespace
+	// has no route there (nothing here dials it, so no packet can leave by the
+	// default route). The echo below shows who the upstream saw.
+	pol := r.policy(t)
+	stdout, stderr, code := r.C.postern(t, "run", "--machine", "far", "--policy", pol, "--resolver", r.resolver(), "--",
+		"curl", "-sS", "--max-time", "10", "http://upstream.test/")
+	if code != 0 {
+		t.Fatalf("remote run: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+	var rep testhosts.EchoReply
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil || rep.ServedBy != "upstream" || rep.Host != "upstream.test" {
+		t.Fatalf("remote run's curl got %q (%v); want an echo from upstream for upstream.test", stdout, err)
+	}
+	// The upstream saw the remote's link address: the door ran on the remote.
+	if !strings.HasPrefix(rep.Remote, r.Link.AddrA.String()+":") {
+		t.Fatalf("upstream saw the client %s, want the remote's link address %s", rep.Remote, r.Link.AddrA)
+	}
+	run := lastRun(t, r.C)
+	if run.Machine != "far" || run.Lane != "remote-linux" || run.Carry != "network-wall" || run.State != records.StateExited || run.ExitCode == nil || *run.ExitCode != 0 || run.Allowed == 0 {
+		t.Fatalf("run record: %+v", run)
+	}
+
+	// Events of the remote run are at home.
+	evOut := r.C.mustPostern(t, "runs", "events", run.ID, "--json")
+	var found bool
+	for _, line := range strings.Split(strings.TrimSpace(evOut), "\n") {
+		var ev door.Event
+		if json.Unmarshal([]byte(line), &ev) == nil && ev.Event == "decision" && ev.Host == "upstream.test" && ev.Decision == "allow" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("runs events %s has no allow of upstream.test:\n%s", run.ID, evOut)
+	}
+
+	// A denied name on the remote is denied, and the exit status comes home.
+	stdout, stderr, code = r.C.postern(t, "run", "--machine", "far", "--policy", pol, "--resolver", r.resolver(), "--",
+		"sh", "-c", "curl -sS --max-time 5 http://denied.test/ >/dev/null 2>&1; echo to-stderr >&2; exit 7")
+	if code != 7 || !strings.Contains(stderr, "to-stderr") || !strings.Contains(stderr, "denied") {
+		t.Fatalf("remote run with exit 7: exit %d\nstdout: %s\nstderr: %s", code, stdout, stderr)
+	}
+}
+
+func TestRemoteAgentReusedAndReinstalledWhenDamaged(t *testing.T) {
+	r := newRemoteLab(t)
+	r.addAndProbe(t, "far")
+	files := agentFiles(t, r.Remote.Home)
+	if len(files) != 1 {
+		t.Fatalf("installed agents after probing: %v", files)
+	}
+	st1, err := os.Stat(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := r.C.mustPostern(t, "run", "--machine", "far", "--", "echo", "one"); o != "one\n" {
+		t.Fatalf("first run printed %q", o)
+	}
+	st2, err := os.Stat(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !os.SameFile(st1, st2) || !st1.ModTime().Equal(st2.ModTime()) {
+		t.Fatalf("the agent was installed again although it was in place")
+	}
+
+	// Damage the agent: the next run installs it again and still works.
+	f, err := os.OpenFile(files[0], os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("damaged!"), 4096); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if o, e, code := r.C.postern(t, "run", "--machine", "far", "--", "echo", "two"); code != 0 || o != "two\n" {
+		t.Fatalf("run after damaging the agent: exit %d, stdout %q, stderr %q", code, o, e)
+	}
+	st3, err := os.Stat(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if os.SameFile(st2, st3) {
+		t.Fatal("the damaged agent was not replaced")
+	}
+	want := filepath.Base(filepath.Dir(files[0]))
+	if got := sha256File(t, files[0]); got != want {
+		t.Fatalf("reinstalled agent hashes to %s, want %s", got, want)
+	}
+	// Truncated to nothing: installed again too.
+	if err := os.Truncate(files[0], 0); err != nil {
+		t.Fatal(err)
+	}
+	if o, e, code := r.C.postern(t, "run", "--machine", "far", "--", "echo", "three"); code != 0 || o != "three\n" {
+		t.Fatalf("run after truncating the agent: exit %d, stdout %q, stderr %q", code, o, e)
+	}
+}
+
+func sha256File(t *testing.T, p string) string {
+	t.Helper()
+	out, err := exec.Command("sha256sum", p).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(out))[0]
+}
+
+func TestRemoteHostKeys(t *testing.T) {
+	r := newRemoteLab(t)
+	c := r.C
+	addr := r.Remote.Addr.String()
+	c.mustPostern(t, "machine", "add", "far", "--ssh", "root@"+addr)
+
+	// Unknown: refused, naming the host, the offered fingerprint and the fix.
+	fp := fingerprint(t, r.Remote.HostPub)
+	_, stderr, code := c.postern(t, "machine", "probe-confinement", "far")
+	if code == 0 || !strings.Contains(stderr, "unknown") || !strings.Contains(stderr, fp) || !strings.Contains(stderr, addr) || !strings.Contains(stderr, "ssh-keyscan") {
+		t.Fatalf("unknown host key: exit %d, stderr %q; want a refusal naming %s, %s and the fix", code, stderr, addr, fp)
+	}
+
+	// Changed: another key on file for the address is refused, even with trust on first use.
+	other := filepath.Join(t.TempDir(), "other")
+	keygen(t, other)
+	ob, _ := os.ReadFile(other + ".pub")
+	of := strings.Fields(string(ob))
+	c.trust(t, addr, of[0]+" "+of[1])
+	_, stderr, code = c.postern(t, "machine", "probe-confinement", "far", "--trust-new-host-key")
+	if code == 0 || !strings.Contains(stderr, "CHANGED") || !strings.Contains(stderr, fp) || !strings.Contains(stderr, "ssh-keygen -R") {
+		t.Fatalf("changed host key: exit %d, stderr %q", code, stderr)
+	}
+
+	// Trust on first use, only when asked: the key is recorded and used next time.
+	if err := os.Remove(c.sshFile("known_hosts")); err != nil {
+		t.Fatal(err)
+	}
+	c.mustPostern(t, "machine", "probe-confinement", "far", "--trust-new-host-key")
+	kh, err := os.ReadFile(c.sshFile("known_hosts"))
+	if err != nil || !strings.Contains(string(kh), strings.Fields(r.Remote.HostPub)[1]) {
+		t.Fatalf("known_hosts after trusting on first use: %q, %v", kh, err)
+	}
+	c.mustPostern(t, "machine", "probe-confinement", "far")
+}
+
+func fingerprint(t *testing.T, pub string) string {
+	t.Helper()
+	cmd := exec.Command("ssh-keygen", "-l", "-E", "sha256", "-f", "-")
+	cmd.Stdin = strings.NewReader(pub + "\n")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(out))[1]
+}
+
+func TestRemoteProxyJump(t *testing.T) {
+	testhosts.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lab, err := testhosts.NewLab(ctx, "jump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lab.Close() })
+	c := newController(t)
+	jh, err := lab.Host(ctx, "jump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	th, err := lab.Host(ctx, "target")
+	if err != nil {
+		t.Fatal(err)
+	}
+	link, err := lab.Link(ctx, jh, th)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jump := startSSHD(t, jh, jh.Addr, c.Pub)
+	// The target listens only on its link to the jump host: unreachable from here.
+	target := startSSHD(t, th, link.AddrB, c.Pub)
+	c.trust(t, jh.Addr.String(), jump.HostPub)
+	c.trust(t, link.AddrB.String(), target.HostPub)
+	c.writeSSH(t, "config", fmt.Sprintf(`Include conf.d/*
+Host bastion
+  HostName %s
+  User root
+`, jh.Addr))
+	if err := os.MkdirAll(c.sshFile("conf.d"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c.writeSSH(t, "conf.d/inner", fmt.Sprintf("Host inner\n  HostName %s\n  User root\n  ProxyJump bastion\n", link.AddrB))
+	c.mustPostern(t, "machine", "add", "inner", "--ssh", "inner")
+	c.mustPostern(t, "machine", "probe-confinement", "inner")
+	if o := c.mustPostern(t, "run", "--machine", "inner", "--", "cat", "/proc/sys/kernel/hostname"); strings.TrimSpace(o) == "" {
+		t.Fatalf("run through the jump host printed nothing")
+	}
+	if len(agentFiles(t, target.Home)) != 1 {
+		t.Fatalf("the agent was not installed on the target behind the jump host")
+	}
+}
+
+func TestRemoteControllerKilledLeavesNothing(t *testing.T) {
+	r := newRemoteLab(t)
+	r.addAndProbe(t, "far")
+	marker := fmt.Sprintf("%d.%d", time.Now().UnixNano()%1000, os.Getpid()%1000)
+	cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sleep", "300."+marker)
+	cmd.Env = r.C.env()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pattern := "sleep 300." + marker
+	waitUntil(t, 20*time.Second, "the remote run to start", func() bool { return pgrep(t, pattern) })
+	cmd.Process.Kill()
+	cmd.Wait()
+	killed := time.Now()
+	waitUntil(t, 5*time.Second, "the remote run to be gone after the controller was killed", func() bool { return !pgrep(t, pattern) })
+	t.Logf("remote run gone %s after the controller was killed", time.Since(killed).Round(time.Millisecond))
+	waitUntil(t, 5*time.Second, "the agent to be gone", func() bool { return !pgrep(t, "__agent serve") })
+	run := lastRun(t, r.C)
+	if run.State != records.StateLost {
+		t.Fatalf("run after the controller was killed: state %q, want lost", run.State)
+	}
+}
+
+func pgrep(t *testing.T, pattern string) bool {
+	t.Helper()
+	err := exec.Command("pgrep", "-f", pattern).Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 1 {
+		return false
+	}
+	if err != nil {
+		t.Fatalf("pgrep: %v", err)
+	}
+	return true
+}
+
+func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited %s for %s", d, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
