@@ -316,6 +316,9 @@ func privateMounts(cfg initConfig) error {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount a fresh /proc: %w", err)
 	}
+	if err := sealHost(writableDirs(cfg)); err != nil {
+		return fmt.Errorf("make the host read-only: %w", err)
+	}
 	return nil
 }
 

@@ -1,0 +1,185 @@
+package netwall
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// procReadOnly are the parts of a fresh /proc that reach the whole kernel, not
+// just the run: kernel settings, IRQ affinity, the sysrq trigger.
+var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"}
+
+// sealHost makes every filesystem the run shares with the host read-only,
+// except the directories it is given to write (writable: its working directory
+// and home) and what is its own (the fresh /tmp, /run, /dev/shm and /proc), and
+// /dev, whose nodes it needs. /proc/sys and the other kernel-wide parts of /proc
+// are read-only too.
+//
+// When postern runs as root, the run's uid is the host's root: capabilities
+// dropped, but owner of nearly every host file. Without this it could leave
+// the wall through the host: a core_pattern of "|prog" is run by the kernel as
+// root outside every namespace on the next crash, a file in /etc/cron.d runs
+// outside within a minute, /sys/power/state suspends the machine.
+func sealHost(writable []string) error {
+	own := []string{"/dev"}
+	for _, r := range hiddenRoots {
+		own = append(own, r.path)
+	}
+	// A writable directory that is not a mount point becomes one, so that making
+	// its parent mount read-only leaves it as it was.
+	for _, p := range writable {
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s onto itself: %w", p, err)
+		}
+	}
+	for _, p := range procReadOnly {
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s onto itself: %w", p, err)
+		}
+	}
+	mounts, err := mountPoints()
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if m == "/proc" || under(m, own) || under(m, writable) {
+			continue
+		}
+		if err := readOnly(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writableDirs are the host directories a run writes to: its working
+// directory and home, as they really are (symlinks resolved).
+func writableDirs(cfg initConfig) []string {
+	cands := []string{cfg.Dir}
+	for _, e := range cfg.Env {
+		if v, ok := strings.CutPrefix(e, "HOME="); ok {
+			cands = append(cands, v)
+		}
+	}
+	var out []string
+	for _, c := range cands {
+		if c == "" || !filepath.IsAbs(c) {
+			continue
+		}
+		real, err := filepath.EvalSymlinks(filepath.Clean(c))
+		if err != nil {
+			continue
+		}
+		if st, err := os.Stat(real); err == nil && st.IsDir() && !slices.Contains(out, real) {
+			out = append(out, real)
+		}
+	}
+	return out
+}
+
+// under reports whether p is one of roots or lies below one.
+func under(p string, roots []string) bool {
+	for _, r := range roots {
+		if p == r || strings.HasPrefix(p, strings.TrimSuffix(r, "/")+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// readOnly makes the mount at path read-only, keeping its other flags.
+func readOnly(path string) error {
+	err := unix.MountSetattr(unix.AT_FDCWD, path, unix.AT_SYMLINK_NOFOLLOW, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY})
+	if errors.Is(err, unix.ENOSYS) {
+		// Before Linux 5.12: a bind remount must repeat the flags the mount
+		// has, or the kernel refuses to drop a locked one.
+		var st unix.Statfs_t
+		if err = unix.Statfs(path, &st); err == nil {
+			err = unix.Mount("", path, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_RDONLY|remountFlags(st.Flags), "")
+		}
+	}
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.ENOENT), errors.Is(err, unix.EACCES), errors.Is(err, unix.EINVAL):
+		// Gone, out of the user's reach, or overmounted: nothing the run can write through it.
+		return nil
+	}
+	return fmt.Errorf("make %s read-only: %w", path, err)
+}
+
+// remountFlags turns statfs flags into the mount flags a remount must keep.
+func remountFlags(f int64) uintptr {
+	var out uintptr
+	for _, m := range []struct {
+		st int64
+		ms uintptr
+	}{
+		{unix.ST_NOSUID, unix.MS_NOSUID}, {unix.ST_NODEV, unix.MS_NODEV}, {unix.ST_NOEXEC, unix.MS_NOEXEC},
+		{unix.ST_NOATIME, unix.MS_NOATIME}, {unix.ST_NODIRATIME, unix.MS_NODIRATIME}, {unix.ST_RELATIME, unix.MS_RELATIME},
+	} {
+		if f&m.st != 0 {
+			out |= m.ms
+		}
+	}
+	return out
+}
+
+// mountPoints lists the mount points of the caller's mount namespace, parents
+// before children.
+func mountPoints() ([]string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	var out []string
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 {
+			continue
+		}
+		p := filepath.Clean(unescapeMount(fields[4]))
+		if !seen[p] {
+			seen[p] = true
+			out = append(out, p)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("read mounts: %w", err)
+	}
+	return out, nil
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
