@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -351,11 +350,4 @@ func closeWrite(c net.Conn) {
 		}
 	}
 	c.Close()
-}
-
-// copyCount copies src to dst and reports the bytes moved. Between two
-// *net.TCPConn io.Copy moves the bytes with splice(2).
-func copyCount(dst io.Writer, src io.Reader) int64 {
-	n, _ := io.Copy(dst, src)
-	return n
 }

@@ -3,7 +3,6 @@ package door
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"syscall"
@@ -182,17 +181,4 @@ func (d *Door) pipe(client, upstream net.Conn, pre []byte, onHead func(firstByte
 	head = nil
 	up += pump(upstream, client)
 	return up, <-downc, false
-}
-
-// pump copies src to dst (splice(2) between TCP sockets), then half-closes
-// dst; on an error it closes both so the other direction ends too.
-func pump(dst, src net.Conn) int64 {
-	n, err := io.Copy(dst, src)
-	if err != nil {
-		src.Close()
-		dst.Close()
-		return n
-	}
-	closeWrite(dst)
-	return n
 }
