@@ -45,6 +45,9 @@ type Spec struct {
 	OnEvent func(door.Event)
 	// Remote says how to reach a machine over ssh (see remote.go).
 	Remote Remote
+	// Container, with an image, runs the command in a local container (see
+	// container.go).
+	Container Container
 }
 
 // PolicyError is a policy that could not be read or compiled.
@@ -108,6 +111,9 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		StartedAt:        time.Now().UTC(),
 		Pid:              os.Getpid(),
 		PidStart:         processStart(os.Getpid()),
+	}
+	if spec.Container.Image != "" {
+		return runContainerLane(ctx, store, spec, m, rec, run, pol, pins)
 	}
 	kernel := ""
 	if m.IsLocal() {

@@ -133,9 +133,18 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	return code, nil
 }
 
+// walledCommand is a command behind a wall: a *netwall.Wall, or a
+// *container.Wall (see container.go).
+type walledCommand interface {
+	Start() error
+	Signal(syscall.Signal) error
+	Wait() (int, error)
+	Close() error
+}
+
 // superviseWall starts the walled command and waits for it, forwarding signals. When
 // ctx is done the run gets SIGTERM, then SIGKILL after grace.
-func superviseWall(ctx context.Context, wall *netwall.Wall, tty *terminal, signals <-chan os.Signal, grace time.Duration, onStart func()) (int, error) {
+func superviseWall(ctx context.Context, wall walledCommand, tty *terminal, signals <-chan os.Signal, grace time.Duration, onStart func()) (int, error) {
 	if err := wall.Start(); err != nil {
 		return 0, fmt.Errorf("start the run inside the wall: %w", err)
 	}

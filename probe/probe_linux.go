@@ -43,6 +43,7 @@ func rungs() []rung {
 		{RungNetnsRedirect, func(ctx context.Context) Rung { return measureRedirect(ctx, redirectTarget4) }},
 		{RungIPv6, func(ctx context.Context) Rung { return measureRedirect(ctx, redirectTarget6) }},
 		{RungLandlock, measureLandlock},
+		{RungContainer, measureContainer},
 	}
 }
 

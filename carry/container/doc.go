@@ -1,3 +1,25 @@
 // Package container raises the network wall inside a local container's own network
 // namespace, keeping the door on the host.
+//
+// The container is started by an engine (podman or docker, through the same
+// command line) with no network of its own (--network none), every capability
+// dropped, no-new-privileges, and postern's own static binary bind-mounted
+// read-only as its entrypoint: the harness (InitArg). The harness connects back
+// to the host over a unix socket bind-mounted into the container and waits. The
+// host checks that the peer is the container's init (SO_PEERCRED against the
+// engine's inspect), enters the container's network namespace on a locked OS
+// thread and makes it the wall with netwall.Configure (lo only, routes via lo,
+// the wall's nftables table, the door's listeners opened inside), then tells the
+// harness to start the command. The door keeps running on the host and serves
+// those listeners.
+//
+// The harness is the container's pid 1: it reaps, forwards signals to the
+// command's process group, reports the command's exit status and, the moment the
+// host's end of the socket closes (postern ended or was killed), kills everything
+// in the container and exits, so the engine removes the container (--rm).
+// Containers are labelled postern.run=<id> with the controller's pid, and Sweep
+// removes those whose controller is gone.
+//
+// With NoNetwork the container keeps --network none and no wall is raised: it has
+// no network at all.
 package container

@@ -142,6 +142,24 @@ func killAll() { _ = unix.Kill(-1, unix.SIGKILL) }
 // setup makes the namespace the wall: lo, routes, listeners, rules, mounts.
 // It returns the listeners' descriptors: transparent, DNS UDP, DNS TCP.
 func setup(cfg initConfig) ([]*os.File, *wireError) {
+	files, werr := configureNetns(cfg.Ports)
+	if werr != nil {
+		return nil, werr
+	}
+	if err := privateMounts(cfg); err != nil {
+		for _, f := range files {
+			f.Close()
+		}
+		return nil, stepError(StepMount, err)
+	}
+	return files, nil
+}
+
+// configureNetns makes the calling thread's network namespace the wall: lo up
+// with the run's addresses and default routes through it, the door's listeners,
+// the nftables table. It returns the listeners' descriptors: transparent, DNS
+// UDP, DNS TCP.
+func configureNetns(ports []uint16) ([]*os.File, *wireError) {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		return nil, stepError(StepLoopback, fmt.Errorf("find lo: %w", err))
@@ -174,7 +192,7 @@ func setup(cfg initConfig) ([]*os.File, *wireError) {
 			f.Close()
 		}
 	}
-	rs, err := buildRuleset(RuleConfig{Ports: cfg.Ports, TransparentPort: tport, DNSPort: dport})
+	rs, err := buildRuleset(RuleConfig{Ports: ports, TransparentPort: tport, DNSPort: dport})
 	if err != nil {
 		closeAll()
 		return nil, &wireError{Step: StepNftables, Message: err.Error()}
@@ -187,10 +205,6 @@ func setup(cfg initConfig) ([]*os.File, *wireError) {
 	if err != nil {
 		closeAll()
 		return nil, stepError(StepNftables, err)
-	}
-	if err := privateMounts(cfg); err != nil {
-		closeAll()
-		return nil, stepError(StepMount, err)
 	}
 	return files, nil
 }

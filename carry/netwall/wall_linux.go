@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -218,21 +217,7 @@ func (w *Wall) handshake(ctx context.Context, cfg initConfig) (door.Listeners, e
 	if reply.Type != msgReady || len(files) != 3 {
 		return door.Listeners{}, fmt.Errorf("network wall: init answered %q with %d descriptors, want %q with 3", reply.Type, len(files), msgReady)
 	}
-	var lis door.Listeners
-	fail := func(what string, err error) (door.Listeners, error) {
-		closeListeners(lis)
-		return door.Listeners{}, fmt.Errorf("network wall: %s listener: %w", what, err)
-	}
-	if lis.Transparent, err = net.FileListener(files[0]); err != nil {
-		return fail("transparent", err)
-	}
-	if lis.DNSUDP, err = net.FilePacketConn(files[1]); err != nil {
-		return fail("DNS UDP", err)
-	}
-	if lis.DNSTCP, err = net.FileListener(files[2]); err != nil {
-		return fail("DNS TCP", err)
-	}
-	return lis, nil
+	return listenersFromFiles(files)
 }
 
 func closeListeners(l door.Listeners) {

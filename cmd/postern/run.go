@@ -44,6 +44,9 @@ postern's exit status is the run's.`,
 					return &exitError{2, fmt.Errorf("--egress-open needs a reason, e.g. --egress-open \"installing the toolchain from the vendor's site\" (got %q)", spec.EgressOpen)}
 				}
 			}
+			if err := checkContainerFlags(cmd, spec.Container); err != nil {
+				return &exitError{2, err}
+			}
 			store, err := openStore()
 			if err != nil {
 				return err
@@ -94,6 +97,9 @@ postern's exit status is the run's.`,
 	f.StringVar(&spec.Resolver, "resolver", "", "DNS server (host:port) for the door's own lookups; default the system resolver")
 	f.StringVar(&spec.EgressOpen, "egress-open", "", "run WITHOUT a wall; the reason is required and recorded")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print denials on stderr as they happen")
+	f.StringVar(&spec.Container.Image, "container", "", "run in a local container from IMAGE, with the wall inside the container's own network namespace")
+	f.StringVar(&spec.Container.Engine, "engine", "", "container engine for --container: podman or docker (default: the first that answers)")
+	f.StringVar(&spec.Container.Network, "container-network", "", "with --container: \"none\" runs it with no network at all (no wall, no door)")
 	rootCmd.AddCommand(cmd)
 }
 

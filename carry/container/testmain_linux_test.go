@@ -1,0 +1,103 @@
+package container
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/postern-dev/postern/internal/testhosts"
+)
+
+// harnessBin is postern built statically for these tests: the test binary itself
+// is linked dynamically and would not run inside a busybox image.
+var harnessBin string
+
+func TestMain(m *testing.M) {
+	os.Exit(runTests(m))
+}
+
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "postern-container-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "container tests:", err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	harnessBin = filepath.Join(dir, "postern")
+	build := exec.Command("go", "build", "-o", harnessBin, "github.com/postern-dev/postern/cmd/postern")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "container tests: build a static postern:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// skipOrFail skips with why, or fails when POSTERN_REQUIRE_PRIVILEGED=1.
+func skipOrFail(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("POSTERN_REQUIRE_PRIVILEGED") == "1" {
+		t.Fatalf("%s (POSTERN_REQUIRE_PRIVILEGED=1 forbids skipping)", why)
+	}
+	t.Skip(why)
+}
+
+var (
+	podmanOnce sync.Once
+	podmanEng  *Engine
+	podmanErr  error
+)
+
+// requirePodman needs root and a podman that runs containers.
+func requirePodman(t *testing.T) *Engine {
+	t.Helper()
+	testhosts.RequireRoot(t)
+	podmanOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		podmanEng, podmanErr = Detect(ctx, Podman)
+	})
+	if podmanErr != nil {
+		skipOrFail(t, fmt.Sprintf("needs podman: %v", podmanErr))
+	}
+	return podmanEng
+}
+
+var (
+	busyboxOnce sync.Once
+	busyboxRef  string
+	busyboxErr  error
+)
+
+// busyboxPath is Debian's busybox-static.
+const busyboxPath = "/bin/busybox"
+
+// busyboxApplets are linked in the test image's /bin.
+var busyboxApplets = []string{"sh", "cat", "echo", "sleep", "true", "false", "nc", "wget", "tftp", "nslookup", "ip", "ls", "kill", "ps", "id", "env", "hostname"}
+
+// busyboxImage is an image of static busybox imported into e, shared by tests.
+func busyboxImage(t *testing.T, e *Engine) string {
+	t.Helper()
+	if _, err := os.Stat(busyboxPath); err != nil {
+		skipOrFail(t, fmt.Sprintf("needs busybox-static (%s): %v", busyboxPath, err))
+	}
+	busyboxOnce.Do(func() {
+		files := append(ProbeFiles(), ImageFile{Path: "bin/busybox", Source: busyboxPath, Mode: 0o755})
+		for _, a := range busyboxApplets {
+			files = append(files, ImageFile{Path: "bin/" + a, Link: "busybox"})
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		busyboxRef, busyboxErr = BuildImage(ctx, e, "postern-test-busybox", files)
+	})
+	if busyboxErr != nil {
+		t.Fatal(busyboxErr)
+	}
+	return busyboxRef
+}

@@ -1,0 +1,61 @@
+package netwall
+
+import (
+	"fmt"
+	"net"
+	"os"
+
+	"github.com/postern-dev/postern/door"
+)
+
+// Configure makes the network namespace of the calling OS thread a wall, as the
+// wall's init does for its own: lo up with the run's addresses and default
+// routes through it, the door's listeners opened inside, the nftables table
+// redirecting ports and DNS to them. It is for a namespace made by someone
+// else, such as a container's, entered with setns on a locked thread; the
+// listeners stay usable from any thread afterwards. A step the kernel refuses
+// returns a *KernelError naming the fix.
+func Configure(ports []uint16) (door.Listeners, error) {
+	if _, err := normalisePorts(ports); err != nil {
+		return door.Listeners{}, err
+	}
+	files, werr := configureNetns(ports)
+	if werr != nil {
+		if kernelStep(werr.Step) {
+			return door.Listeners{}, werr.kernelError(thisMachine())
+		}
+		return door.Listeners{}, fmt.Errorf("network wall: %s", werr.Message)
+	}
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	return listenersFromFiles(files)
+}
+
+// listenersFromFiles turns the descriptors configureNetns returns (transparent,
+// DNS UDP, DNS TCP) into the door's listeners. The files stay the caller's.
+func listenersFromFiles(files []*os.File) (door.Listeners, error) {
+	if len(files) != 3 {
+		return door.Listeners{}, fmt.Errorf("network wall: %d listener descriptors, want 3", len(files))
+	}
+	var (
+		lis door.Listeners
+		err error
+	)
+	fail := func(what string, err error) (door.Listeners, error) {
+		closeListeners(lis)
+		return door.Listeners{}, fmt.Errorf("network wall: %s listener: %w", what, err)
+	}
+	if lis.Transparent, err = net.FileListener(files[0]); err != nil {
+		return fail("transparent", err)
+	}
+	if lis.DNSUDP, err = net.FilePacketConn(files[1]); err != nil {
+		return fail("DNS UDP", err)
+	}
+	if lis.DNSTCP, err = net.FileListener(files[2]); err != nil {
+		return fail("DNS TCP", err)
+	}
+	return lis, nil
+}

@@ -1,0 +1,167 @@
+package dispatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/carry/container"
+	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/records"
+)
+
+// Container asks for a run inside a local container (lane local-container).
+type Container struct {
+	Image string // "" is no container
+	// Engine is container.Podman or container.Docker; "" takes the first that
+	// answers.
+	Engine string
+	// Network is "" for the container bridge (the wall inside the container's
+	// own network namespace, the door on the host), or ContainerNetworkNone for
+	// a container with no network at all.
+	Network string
+}
+
+// ContainerNetworkNone is a container run with no network at all: no wall is
+// needed, and none is raised.
+const ContainerNetworkNone = "none"
+
+// whyNoNetwork is recorded for a container run with no network.
+const whyNoNetwork = "container network none: no network at all"
+
+// runContainerLane takes a run for lane local-container from its carry to its
+// final record.
+func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m machine.Machine, rec *probe.Record,
+	run *records.Run, pol *policy.Policy, pins map[string][]netip.Addr) (*records.Run, error) {
+	run.Lane = machine.LaneLocalContainer
+	cs := spec.Container
+	switch cs.Network {
+	case "", ContainerNetworkNone:
+	default:
+		return nil, fmt.Errorf("container network %q: use %q for a container with no network, or leave it out for the wall", cs.Network, ContainerNetworkNone)
+	}
+	if !m.IsLocal() {
+		return refuse(store, run, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
+			AtRunTime: "containers run only on the local machine", Fix: "drop --machine, or drop --container"})
+	}
+	if strings.TrimSpace(spec.EgressOpen) != "" {
+		return nil, errors.New("--egress-open cannot be combined with --container: a container run is walled, or has no network at all with --container-network none")
+	}
+	noNetwork := cs.Network == ContainerNetworkNone
+	if noNetwork {
+		run.Carry = string(carry.None)
+		run.Why = whyNoNetwork
+	} else {
+		c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, Kernel: kernelRelease()})
+		if err != nil {
+			return refuse(store, run, err)
+		}
+		run.Carry = string(c)
+	}
+	eng, err := container.Detect(ctx, cs.Engine)
+	if err != nil {
+		if noNetwork {
+			run.State = records.StateRunning
+			return finish(ctx, store, run, 0, err)
+		}
+		return refuse(store, run, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
+			AtRunTime: fmt.Sprintf("no container engine can run it now (%v)", err),
+			Fix:       "install podman and runc, or start the docker daemon; then run 'postern machine probe-confinement' again"})
+	}
+	run.State = records.StateRunning
+	if err := store.PutRun(run); err != nil {
+		return nil, err
+	}
+	code, err := runInContainer(ctx, store, run, spec, pol, pins, eng, noNetwork)
+	return finish(ctx, store, run, code, err)
+}
+
+// runInContainer starts the container, raises the wall in its network namespace
+// (unless it has no network), serves the door on the host and supervises the
+// command as a local walled run is supervised.
+func runInContainer(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy,
+	pins map[string][]netip.Addr, eng *container.Engine, noNetwork bool) (int, error) {
+	// With a terminal the engine's client gives the container a terminal of its
+	// own and keeps its size; the person's terminal is never the run's.
+	tty := isTerminal(spec.Stdin)
+	var env []string
+	if tty {
+		for _, kv := range spec.Env {
+			if strings.HasPrefix(kv, "TERM=") {
+				env = append(env, kv)
+			}
+		}
+	}
+	wall, err := container.Raise(ctx, container.Spec{
+		Engine:    eng,
+		Image:     spec.Container.Image,
+		Command:   spec.Command,
+		Run:       run.ID,
+		Ports:     pol.Ports,
+		NoNetwork: noNetwork,
+		TTY:       tty,
+		Env:       env,
+		Stdin:     spec.Stdin,
+		Stdout:    spec.Stdout,
+		Stderr:    spec.Stderr,
+		Logger:    spec.Logger,
+	})
+	if err != nil {
+		var kerr *netwall.KernelError
+		switch {
+		case errors.As(err, &kerr):
+			return 0, &carry.Refusal{Lane: run.Lane, Machine: run.Machine,
+				AtRunTime: fmt.Sprintf("the kernel refused the wall in the container at run time (%s: %v)", kerr.Step, kerr.Err),
+				Fix:       kerr.Remedy + "; then run 'postern machine probe-confinement " + run.Machine + "' again"}
+		case errors.Is(err, container.ErrNeedsRoot):
+			return 0, &carry.Refusal{Lane: run.Lane, Machine: run.Machine, AtRunTime: err.Error(),
+				Fix: "run postern as root (the user the machine was measured as), or use --container-network none"}
+		}
+		return 0, fmt.Errorf("start the container: %w", err)
+	}
+	defer wall.Close()
+	if noNetwork {
+		return superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
+	}
+
+	evlog := store.NewEventLog(run.ID, spec.OnEvent)
+	d, err := door.New(door.Config{Policy: pol.WithSelf(netwall.RunAddrs()...), Resolver: spec.Resolver, AddHosts: pins,
+		Emit: evlog.Emit, Run: run.ID, Logger: spec.Logger})
+	if err != nil {
+		_ = evlog.Close(ctx)
+		return 0, fmt.Errorf("start the door: %w", err)
+	}
+	// The door outlives a cancelled ctx long enough to drain; it is stopped below.
+	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
+	doorDone := make(chan error, 1)
+	go func() { doorDone <- d.Run(doorCtx, wall.Listeners()) }()
+
+	code, runErr := superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
+
+	stopDoor()
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	var doorErr error
+	select {
+	case doorErr = <-doorDone:
+	case <-tctx.Done():
+		doorErr = fmt.Errorf("the door did not stop within %s", teardownTimeout)
+	}
+	logErr := evlog.Close(tctx)
+	run.Allowed, run.Denied, run.WouldDeny = evlog.Counts()
+	if runErr != nil {
+		return code, runErr
+	}
+	if err := errors.Join(doorErr, logErr); err != nil {
+		spec.Logger.Warn("run teardown", "run", run.ID, "err", err)
+		fmt.Fprintf(spec.Warn, "postern: run %s: %v\n", run.ID, err)
+	}
+	return code, nil
+}
