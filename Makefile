@@ -10,8 +10,21 @@ all: build
 
 # A static binary: the same file runs on any Linux of its architecture, and is what
 # the wall re-executes inside the run's namespaces.
-build:
+build: agents
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/postern ./cmd/postern
+
+# The agents postern installs on remote machines over ssh: the same static binary,
+# built for each OS and architecture a remote may have. The controller finds them
+# in agents/ beside itself.
+AGENT_PLATFORMS := linux/amd64 linux/arm64
+.PHONY: agents
+agents:
+	@mkdir -p $(BIN)/agents
+	@for p in $(AGENT_PLATFORMS); do \
+	  os=$${p%/*}; arch=$${p#*/}; \
+	  echo "agent $$os/$$arch"; \
+	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agents/postern-$$os-$$arch ./cmd/postern || exit 1; \
+	done
 
 # Every tier: pure, real kernel (as root), end to end through the built binary.
 test:
