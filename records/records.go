@@ -19,6 +19,8 @@ var (
 	bucketProbes   = []byte("probes")
 	bucketRuns     = []byte("runs")
 	bucketEvents   = []byte("events")
+
+	allBuckets = [][]byte{bucketMachines, bucketProbes, bucketRuns, bucketEvents}
 )
 
 // ErrNotFound is returned when a named machine, record or run does not exist.
@@ -59,8 +61,26 @@ func Open(path string) (*Store, error) {
 		return nil, fmt.Errorf("create records directory %q: %w", filepath.Dir(path), err)
 	}
 	s := &Store{path: path}
+	// Only a new or older file needs its buckets made; checking costs no fsync,
+	// which matters on every 'postern run'.
+	ready := false
+	if _, err := os.Stat(path); err == nil {
+		err := s.view(func(tx *bolt.Tx) error {
+			ready = true
+			for _, b := range allBuckets {
+				ready = ready && tx.Bucket(b) != nil
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if ready {
+		return s, nil
+	}
 	err := s.update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMachines, bucketProbes, bucketRuns, bucketEvents} {
+		for _, b := range allBuckets {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
