@@ -38,6 +38,10 @@ func relay(dst, src net.Conn) (int64, error) {
 	return n + m, err
 }
 
+// maxFreePipes bounds the splice pipes kept for reuse; beyond it a returned
+// pipe is closed, so a burst of transfers does not leave descriptors behind.
+const maxFreePipes = 16
+
 // relayBufSize is the buffer a relay without splice moves bytes with; the
 // bigger the writes, the fewer and fuller the segments the kernel sends.
 const relayBufSize = 64 << 10

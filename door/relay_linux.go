@@ -11,10 +11,6 @@ import (
 // pipe (the default /proc/sys/fs/pipe-max-size).
 const maxSplice = 1 << 20
 
-// maxFreePipes bounds the pipes kept for reuse; beyond it a returned pipe is
-// closed, so a burst of transfers does not leave descriptors behind.
-const maxFreePipes = 16
-
 // splicePipe is a pipe's read and write ends.
 type splicePipe struct{ r, w int }
 
