@@ -141,7 +141,11 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 	var stopOnce sync.Once
 	stopAll := func() { stopOnce.Do(func() { close(stop) }) }
 
+	steady := func(l net.Listener, what string) net.Listener {
+		return &steadyListener{Listener: l, what: what, log: d.log, stop: stop}
+	}
 	accept := func(l net.Listener, what string, handle func(context.Context, net.Conn)) {
+		l = steady(l, what)
 		serveWG.Go(func() {
 			for {
 				c, err := l.Accept()
@@ -150,10 +154,6 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 					case <-stop:
 						return
 					default:
-					}
-					var ne net.Error
-					if errors.As(err, &ne) && ne.Timeout() {
-						continue
 					}
 					fail(fmt.Errorf("accept on %s listener %s: %w", what, l.Addr(), err))
 					stopAll()
@@ -173,7 +173,11 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 	if ls.Transparent != nil {
 		accept(ls.Transparent, "transparent", d.serveTransparent)
 	}
-	dnsStop := d.serveDNS(&serveWG, ls.DNSUDP, ls.DNSTCP, func(err error) { fail(err); stopAll() })
+	dnsTCP := ls.DNSTCP
+	if dnsTCP != nil {
+		dnsTCP = steady(dnsTCP, "dns tcp")
+	}
+	dnsStop := d.serveDNS(&serveWG, ls.DNSUDP, dnsTCP, func(err error) { fail(err); stopAll() })
 
 	select {
 	case <-ctx.Done():
