@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/probe"
@@ -304,8 +305,10 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr,
-		Signals: rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace, OnStart: rio.OnStart,
-		Logger: logger,
+		Signals: rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
+		OnStart:  func() { rio.OnStart(netwall.LandlockStatus(pol.Ports)) },
+		Landlock: true,
+		Logger:   logger,
 	})
 	var ref *carry.Refusal
 	if errors.As(err, &ref) {
@@ -318,7 +321,3 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 func ProbeHere(ctx context.Context, name string, logger *slog.Logger) (*probe.Record, error) {
 	return probe.Run(ctx, probe.Options{Name: name, Version: Version, Logger: logger})
 }
-
-// LandlockHere says which Landlock ABI a run on this machine is confined with
-// ("" when none is applied).
-func LandlockHere() string { return "" }

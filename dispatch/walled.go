@@ -45,6 +45,9 @@ type Walled struct {
 	KillGrace time.Duration
 	// OnStart, if set, is called once the command runs inside the wall.
 	OnStart func()
+	// Landlock also confines the command with Landlock, where the kernel has
+	// network rules: TCP connect only to the policy's ports and DNS.
+	Landlock bool
 
 	Logger *slog.Logger
 	Warn   io.Writer // teardown problems meant for the person
@@ -69,6 +72,9 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	}
 	if w.Policy == nil {
 		w.Policy = policy.Nothing()
+	}
+	if w.Landlock {
+		w.Env = append(w.Env[:len(w.Env):len(w.Env)], netwall.LandlockConnectEnv(w.Policy.Ports))
 	}
 	stdin, stdout, stderr := w.Stdin, w.Stdout, w.Stderr
 	var tty *terminal

@@ -38,8 +38,9 @@ type RunIO struct {
 	Emit                  func(door.Event)
 	// KillGrace is the time between SIGTERM and SIGKILL once ctx is done.
 	KillGrace time.Duration
-	// OnStart is called once the run is inside its wall.
-	OnStart func()
+	// OnStart is called once the run is inside its wall, with the Landlock
+	// confinement it got.
+	OnStart func(landlock string)
 }
 
 // RefusedError is a run the remote kernel would not wall. The handler returns it
@@ -58,8 +59,6 @@ type Handlers struct {
 	Run func(ctx context.Context, req RunRequest, rio RunIO) (int, error)
 	// Probe measures this machine under the given name.
 	Probe func(ctx context.Context, name string) (*probe.Record, error)
-	// Landlock reports the Landlock ABI a run gets here ("" if none).
-	Landlock func() string
 }
 
 // Serve speaks the agent's side of the protocol on in and out: greeting, one
@@ -329,16 +328,12 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 		go pump(rd, streams.types[i])
 	}
 
-	landlock := ""
-	if h.Landlock != nil {
-		landlock = h.Landlock()
-	}
 	code, runErr := h.Run(ctx, req, RunIO{
 		Stdin: streams.stdinR, Stdout: streams.stdoutW, Stderr: streams.stderrW,
 		Signals:   s.sigs,
 		Emit:      func(ev door.Event) { _ = s.w.WriteJSON(FrameEvent, ev) },
 		KillGrace: lostKillGrace,
-		OnStart:   func() { _ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock}) },
+		OnStart:   func(landlock string) { _ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock}) },
 	})
 	// Every process of the run is gone: close the write ends so the copies
 	// drain what is left and end.

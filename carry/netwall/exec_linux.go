@@ -55,6 +55,9 @@ func ExecDropped(argv []string) error {
 	if err := dropPrivileges(); err != nil {
 		return err
 	}
+	if err := applyLandlock(); err != nil {
+		return err
+	}
 	err := syscall.Exec(path, argv, os.Environ())
 	if errors.Is(err, syscall.ENOENT) {
 		return fmt.Errorf("%w: %s", ErrCommandNotFound, path)

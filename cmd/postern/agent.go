@@ -37,7 +37,6 @@ func init() {
 				Probe: func(ctx context.Context, name string) (*probe.Record, error) {
 					return dispatch.ProbeHere(ctx, name, logger)
 				},
-				Landlock: dispatch.LandlockHere,
 			})
 			if err != nil {
 				fmt.Fprintln(logw, "postern agent:", err)

@@ -378,6 +378,18 @@ func TestRemoteRunReachesUpstreamThroughItsDoor(t *testing.T) {
 		t.Fatalf("run record: %+v", run)
 	}
 
+	if !strings.HasPrefix(run.Landlock, "abi ") || !strings.Contains(run.Landlock, "tcp connect only to ports 53,80") {
+		t.Fatalf("run record's landlock = %q, want the ABI and the ports 53,80", run.Landlock)
+	}
+
+	// Landlock refuses connect(2) to a port the policy does not redirect, before
+	// the wall's reset would: connect(2) fails with EACCES, not ECONNREFUSED.
+	_, stderr, code = r.C.postern(t, "run", "--machine", "far", "--policy", pol, "--resolver", r.resolver(), "--",
+		"bash", "-c", "exec 3<>/dev/tcp/"+r.Link.AddrB.String()+"/8080")
+	if code == 0 || !strings.Contains(stderr, "Permission denied") {
+		t.Fatalf("connect to port 8080 on the remote: exit %d, stderr %q; want Landlock's permission denied", code, stderr)
+	}
+
 	// Events of the remote run are at home.
 	evOut := r.C.mustPostern(t, "runs", "events", run.ID, "--json")
 	var found bool
