@@ -18,9 +18,11 @@
 //     rejected, everything else dropped;
 //   - gives the run fresh /tmp, /run, /dev/shm and /proc (the working
 //     directory and home stay reachable), and makes every other filesystem
-//     it shares with the host read-only, /proc/sys and /sys included: as
-//     root the run's uid is the host's, and a host file or kernel setting it
-//     could write (core_pattern, cron) would be a way out;
+//     it shares with the host read-only, /proc/sys and /sys included, and
+//     masks every device node but null, zero, full, random, urandom, tty and
+//     ptmx: as root the run's uid is the host's, and a host file, kernel
+//     setting or disk it could write (core_pattern, cron, /dev/vda) would be
+//     a way out;
 //   - starts the command through ExecArg, which drops every capability, locks
 //     the securebits, sets no_new_privs and execs it;
 //   - reaps, forwards signals, and exits with the command's status, which

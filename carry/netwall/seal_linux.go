@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,9 +28,10 @@ var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/p
 // dropped, but owner of nearly every host file. Without this it could leave
 // the wall through the host: a core_pattern of "|prog" is run by the kernel as
 // root outside every namespace on the next crash, a file in /etc/cron.d runs
-// outside within a minute, /sys/power/state suspends the machine.
+// outside within a minute, /sys/power/state suspends the machine, /dev/vda is
+// the host's disk.
 func sealHost(writable []string) error {
-	own := []string{"/dev"}
+	own := []string{"/dev/pts"}
 	for _, r := range hiddenRoots {
 		own = append(own, r.path)
 	}
@@ -47,6 +49,9 @@ func sealHost(writable []string) error {
 		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind %s onto itself: %w", p, err)
 		}
+	}
+	if err := maskDevices(); err != nil {
+		return err
 	}
 	mounts, err := mountPoints()
 	if err != nil {
@@ -182,4 +187,54 @@ func unescapeMount(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// devAllowed are the host's device nodes a run may open: nothing that reaches
+// hardware, a console or another terminal. (Terminals are under /dev/pts,
+// which stays as it is: it holds the run's own terminal, and /dev/ptmx opens
+// new ones there.)
+var devAllowed = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx"}
+
+// maskDevices covers every other device node under /dev with an empty file
+// no one may open. The host's /dev stays mounted, rather than a fresh one
+// being built, because /dev/ptmx finds its terminals through the devpts
+// mounted beside it in the same filesystem.
+func maskDevices() error {
+	var void string
+	for _, r := range hiddenRoots {
+		if st, err := os.Stat(r.path); err == nil && st.IsDir() {
+			void = filepath.Join(r.path, ".postern-masked-device")
+			break
+		}
+	}
+	if void == "" {
+		return errors.New("mask devices: no private directory to make the mask in")
+	}
+	if err := os.WriteFile(void, nil, 0); err != nil {
+		return fmt.Errorf("mask devices: %w", err)
+	}
+	// The bind mounts hold the file; its name is not needed once they exist.
+	defer os.Remove(void)
+	mounts, err := mountPoints()
+	if err != nil {
+		return err
+	}
+	return filepath.WalkDir("/dev", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil // unreadable: nothing in it can be opened either
+		}
+		if d.IsDir() {
+			if p != "/dev" && slices.Contains(mounts, p) {
+				return fs.SkipDir // devpts, shm, mqueue, hugepages: not device nodes
+			}
+			return nil
+		}
+		if d.Type()&fs.ModeDevice == 0 || slices.Contains(devAllowed, p) {
+			return nil
+		}
+		if err := unix.Mount(void, p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("mask device %s: %w", p, err)
+		}
+		return nil
+	})
 }
