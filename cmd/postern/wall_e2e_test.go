@@ -495,6 +495,11 @@ func TestWallEscapes(t *testing.T) {
 				step("host-dir", "touch "+hostDir+"/planted")+
 				step("etc", "test -w /etc/passwd")+
 				step("sys", "for f in /sys/kernel/mm/transparent_hugepage/enabled /sys/power/state /sys/kernel/profiling; do if [ -e $f ] && [ -w $f ]; then echo WRITABLE $f; fi; done")+
+				// Device nodes: a writable /dev/vda is the host's disk, /dev/console and
+				// /dev/tty1 its consoles.
+				// (find's -type trusts readdir, which does not see through bind mounts.)
+				step("devices", `find /dev -path /dev/pts -prune -o -print | while read f; do if { [ -b "$f" ] || [ -c "$f" ]; } && [ -w "$f" ]; then echo "$f"; fi; done`)+
+				step("urandom", "head -c 8 /dev/urandom | wc -c")+
 				step("workdir", "touch in-workdir")+
 				step("tmp", "touch /tmp/in-tmp && echo hi > /dev/null")+
 				curlStep("ok", "http://web.test/"))
@@ -505,6 +510,19 @@ func TestWallEscapes(t *testing.T) {
 		}
 		if out := w.Out(t, "sys"); strings.Contains(out, "WRITABLE") {
 			t.Errorf("sysfs is writable from inside:\n%s", out)
+		}
+		allowedDevs := []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx"}
+		out := w.Out(t, "devices")
+		for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			if strings.HasPrefix(line, "/dev/") && !slices.Contains(allowedDevs, line) {
+				t.Errorf("device %s is writable from inside the wall", line)
+			}
+		}
+		if rc(t, out) != 0 || !strings.Contains(out, "/dev/null") {
+			t.Errorf("listing the run's devices failed, or /dev/null is not writable:\n%s", out)
+		}
+		if out := w.Out(t, "urandom"); strings.TrimSpace(strings.Split(out, "\n")[1]) != "8" {
+			t.Errorf("/dev/urandom: %q", out)
 		}
 		if _, err := os.Stat(filepath.Join(hostDir, "planted")); err == nil {
 			t.Errorf("the run planted a file in %s on the host", hostDir)
