@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -200,6 +202,55 @@ func TestWallEscapes(t *testing.T) {
 			if !ok || ev.Decision != "deny" || ev.Reason != "private address not in allow_cidrs" {
 				t.Errorf("inside.test:%d: %+v\n%s", port, ev, w)
 			}
+		}
+	})
+
+	t.Run("TheHostsOwnAddressesAreOnTheFloor", func(t *testing.T) {
+		t.Parallel()
+		// web's /24, which the policy opens, holds the host's own end of the
+		// link: a service the host runs on every address must stay out of reach.
+		var seen sync.Map
+		ln, err := net.Listen("tcp", "0.0.0.0:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			seen.Store(r.URL.Path, true)
+			io.WriteString(w, "host service\n")
+		})}
+		go srv.Serve(ln)
+		t.Cleanup(func() { srv.Close() })
+		port := ln.Addr().(*net.TCPAddr).Port
+		if r := curl(t, fmt.Sprintf("http://%s:%d/control", l.Web.Gateway, port)); r.HTTP != 200 {
+			t.Fatalf("the host service does not answer on %s from the host side: %+v", l.Web.Gateway, r)
+		}
+		pol := writeFile(t, "host-port.hcl", fmt.Sprintf("mode = \"enforce\"\nports = [80, 443, %d]\nallow = [\"web.test\"]\nallow_cidrs = [%q]\n", port, l.Web.Prefix))
+		p, tag := l.poster(t), randHex(4)
+		w := p.run(t, []string{"--policy", pol, "--resolver", l.Upstream.Addr.String()},
+			curlStep("ok", "http://web.test/")+
+				curlStep("gateway", fmt.Sprintf("http://%s:%d/%s", l.Web.Gateway, port, tag))+
+				// The door's own listeners inside the wall are no proxy either.
+				step("listeners", `for h in $(awk 'NR>1 && $4=="0A" {split($2,a,":"); print a[2]}' /proc/net/tcp /proc/net/tcp6 | sort -u); do p=$(printf %d 0x$h); echo "port $p"; printf 'GET http://web.test/`+tag+` HTTP/1.1\r\nHost: web.test\r\n\r\n' | socat -t2 - TCP:127.0.0.1:$p; printf 'CONNECT web.test:443 HTTP/1.1\r\nHost: web.test:443\r\n\r\n' | socat -t2 - TCP6:[::1]:$p; done`))
+		if httpCode(w.Out(t, "ok")) != 200 {
+			t.Fatalf("allowed request failed:\n%s", w)
+		}
+		if out := w.Out(t, "gateway"); httpCode(out) == 200 || strings.Contains(out, "host service") {
+			t.Errorf("the host's own service was reached from inside:\n%s", out)
+		}
+		if _, ok := seen.Load("/" + tag); ok {
+			t.Errorf("the host service saw a request from inside the wall")
+		}
+		if ev, ok := w.Events.decision("transparent", l.Web.Gateway.String(), uint16(port)); !ok || ev.Decision != "deny" || !strings.Contains(ev.Reason, "hard floor") {
+			t.Errorf("%s:%d: %+v\n%s", l.Web.Gateway, port, ev, w)
+		}
+		out := w.Out(t, "listeners")
+		if strings.Count(out, "port ") < 2 || strings.Contains(out, "HTTP/1.1 200") || strings.Contains(out, "served_by") || len(l.Hits.with(tag)) > 0 {
+			t.Errorf("the door's listeners answered a proxy request:\n%s", out)
+		}
+		if _, ok := w.Events.find(func(ev door.Event) bool {
+			return ev.Kind == "transparent" && ev.Decision == "deny" && ev.Reason == "hard floor: loopback"
+		}); !ok {
+			t.Errorf("no loopback floor event for the direct connections to the door\n%s", w)
 		}
 	})
 
@@ -404,7 +455,11 @@ func TestWallEscapes(t *testing.T) {
 				curlStep("host-denied", "-H", "Host: secret.web.test", "http://web.test/"+tag+"-bad")+
 				curlStep("host-other", "-H", "Host: other.test", "http://web.test/"+tag+"-bad")+
 				curlStep("resolve-literal", "--cacert", "ca.pem", "--resolve", "secret.web.test:443:"+web, "https://secret.web.test/"+tag+"-bad")+
-				curlStep("host-literal", "-H", "Host: secret.web.test", "http://"+web+"/"+tag+"-bad"))
+				curlStep("host-literal", "-H", "Host: secret.web.test", "http://"+web+"/"+tag+"-bad")+
+				// A second request on an admitted connection is held to the same host.
+				step("pipeline", fmt.Sprintf(`printf 'GET /%s-first HTTP/1.1\r\nHost: web.test\r\n\r\nGET /%s-bad HTTP/1.1\r\nHost: secret.web.test\r\n\r\n' | socat -t3 - TCP:web.test:80`, tag, tag))+
+				// Port 443 carries TLS or nothing.
+				step("opaque-443", "echo "+tag+"-bad | socat -t2 - TCP:web.test:443"))
 		for _, st := range []string{"sni-ok", "host-ok"} {
 			if out := w.Out(t, st); httpCode(out) != 200 {
 				t.Errorf("%s: a matching name was refused:\n%s", st, out)
@@ -420,6 +475,19 @@ func TestWallEscapes(t *testing.T) {
 				t.Errorf("%s: a Host header naming another host got through:\n%s", st, out)
 			}
 		}
+		out := w.Out(t, "pipeline")
+		if !strings.Contains(out, "HTTP/1.1 200 OK") || !strings.Contains(out, "HTTP/1.1 403 Forbidden") ||
+			!strings.Contains(out, "http host secret.web.test does not match admitted host web.test") || len(l.Hits.with(tag+"-first")) != 1 {
+			t.Errorf("pipelined requests: want the first answered and the second refused:\n%s", out)
+		}
+		if out := w.Out(t, "opaque-443"); strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(out), "rc=0")) != "" {
+			t.Errorf("opaque bytes on 443 got an answer:\n%s", out)
+		}
+		if ev, ok := w.Events.find(func(ev door.Event) bool {
+			return ev.Event == "decision" && ev.Host == "web.test" && ev.Port == 443 && ev.Reason == "opaque (non-tls) traffic on port 443"
+		}); !ok || ev.Decision != "deny" {
+			t.Errorf("no deny event for opaque traffic on 443\n%s", w)
+		}
 		if hits := l.Hits.with(tag + "-bad"); len(hits) > 0 {
 			t.Errorf("mismatched requests reached a server: %+v", hits)
 		}
@@ -430,8 +498,8 @@ func TestWallEscapes(t *testing.T) {
 				mismatch++
 			}
 		}
-		if mismatch < 6 {
-			t.Errorf("%d deny events for mismatched names, want 6\n%s", mismatch, w)
+		if mismatch < 7 {
+			t.Errorf("%d deny events for mismatched names, want 7\n%s", mismatch, w)
 		}
 	})
 
