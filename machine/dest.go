@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -48,8 +49,13 @@ func ParseDest(s string) (Dest, error) {
 	if host == "" {
 		return Dest{}, fmt.Errorf("%w %q: no host; write [user@]host[:port] or an alias from ~/.ssh/config", ErrBadDest, orig)
 	}
-	if strings.ContainsAny(host, " \t/\\'\"") {
+	if strings.ContainsAny(host, " \t/\\'\"[]@") || strings.ContainsFunc(host, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return Dest{}, fmt.Errorf("%w %q: the host has characters no host name has", ErrBadDest, orig)
+	}
+	if strings.Contains(host, ":") {
+		if _, err := netip.ParseAddr(host); err != nil {
+			return Dest{}, fmt.Errorf("%w %q: %q is neither a host name nor an IPv6 address", ErrBadDest, orig, host)
+		}
 	}
 	d.Host = host
 	if port != "" {
