@@ -125,6 +125,14 @@ func orUnknown(s string) string {
 	return s
 }
 
+// removeArgs removes a container at once, killing it if it still runs.
+func (e *Engine) removeArgs(name string) []string {
+	if e.Name == Podman {
+		return []string{"rm", "--force", "--time", "0", name}
+	}
+	return []string{"rm", "--force", name} // docker kills at once
+}
+
 // command builds an engine command with the machine's global flags.
 func (e *Engine) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, e.Path, append(append([]string(nil), e.global...), args...)...)

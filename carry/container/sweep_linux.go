@@ -26,7 +26,7 @@ func Sweep(ctx context.Context, e *Engine) error {
 		if len(f) == 2 && controllerAlive(f[0], f[1]) {
 			continue
 		}
-		if _, err := e.output(ctx, "rm", "--force", id); err != nil && firstErr == nil {
+		if _, err := e.output(ctx, e.removeArgs(id)...); err != nil && firstErr == nil {
 			firstErr = fmt.Errorf("remove stale container %s: %w", id, err)
 		}
 	}

@@ -13,9 +13,8 @@ import (
 	"github.com/postern-dev/postern/internal/testhosts"
 )
 
-// harnessBin is postern built statically for these tests: the test binary itself
-// is linked dynamically and would not run inside a busybox image.
-var harnessBin string
+// buildDir holds what the tests build; TestMain removes it.
+var buildDir string
 
 func TestMain(m *testing.M) {
 	os.Exit(runTests(m))
@@ -28,15 +27,33 @@ func runTests(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	harnessBin = filepath.Join(dir, "postern")
-	build := exec.Command("go", "build", "-o", harnessBin, "github.com/postern-dev/postern/cmd/postern")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "container tests: build a static postern:", err)
-		return 1
-	}
+	buildDir = dir
 	return m.Run()
+}
+
+var (
+	harnessOnce sync.Once
+	harnessPath string
+	harnessErr  error
+)
+
+// harnessBin is postern built statically, once, for the tests that start
+// containers: the test binary itself is linked dynamically and would not run
+// inside a busybox image.
+func harnessBin(t *testing.T) string {
+	t.Helper()
+	harnessOnce.Do(func() {
+		harnessPath = filepath.Join(buildDir, "postern")
+		build := exec.Command("go", "build", "-o", harnessPath, "github.com/postern-dev/postern/cmd/postern")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			harnessErr = fmt.Errorf("build a static postern: %v\n%s", err, out)
+		}
+	})
+	if harnessErr != nil {
+		t.Fatal(harnessErr)
+	}
+	return harnessPath
 }
 
 // skipOrFail skips with why, or fails when POSTERN_REQUIRE_PRIVILEGED=1.

@@ -496,7 +496,10 @@ func (w *Wall) Start() error {
 	select {
 	case m := <-w.replies:
 		if m.Type == msgError {
-			return fmt.Errorf("container: %s: %s", w.name, m.Error)
+			// As a shell would: the harness said why on the run's stderr, and
+			// Wait reports its status (127: not found, 126: cannot run).
+			w.logger.Debug("container command did not start", "container", w.name, "code", m.Code, "err", m.Error)
+			return nil
 		}
 		w.logger.Debug("container command started", "container", w.name, "pid_in_container", m.Pid)
 		return nil
@@ -530,8 +533,8 @@ func (w *Wall) Signal(sig syscall.Signal) error {
 }
 
 // Wait waits for the command to end and the engine to remove the container, and
-// returns the command's exit status (128+n when signal n killed it). A command
-// that could not be started reports 127 (not found) or 126 with an error.
+// returns the command's exit status (128+n when signal n killed it; 127 when it
+// was not found, 126 when it could not be run).
 func (w *Wall) Wait() (int, error) {
 	w.mu.Lock()
 	started := w.started
@@ -594,7 +597,7 @@ func (w *Wall) Close() error {
 		if w.name != "" && w.client != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), exitTimeout)
 			if w.exists(ctx) {
-				_, _ = w.eng.output(ctx, "rm", "--force", w.name)
+				_, _ = w.eng.output(ctx, w.eng.removeArgs(w.name)...)
 			}
 			cancel()
 		}
@@ -608,14 +611,16 @@ func (w *Wall) Close() error {
 func (w *Wall) killContainer() {
 	ctx, cancel := context.WithTimeout(context.Background(), exitTimeout)
 	defer cancel()
-	_, _ = w.eng.output(ctx, "rm", "--force", w.name)
+	_, _ = w.eng.output(ctx, w.eng.removeArgs(w.name)...)
 	if w.client != nil {
 		_ = w.client.cmd.Process.Kill()
 	}
 }
 
-func (w *Wall) exists(ctx context.Context) bool {
-	_, err := w.eng.output(ctx, "container", "inspect", "--format", "{{.Id}}", w.name)
+func (w *Wall) exists(ctx context.Context) bool { return w.eng.containerExists(ctx, w.name) }
+
+func (e *Engine) containerExists(ctx context.Context, name string) bool {
+	_, err := e.output(ctx, "container", "inspect", "--format", "{{.Id}}", name)
 	return err == nil
 }
 

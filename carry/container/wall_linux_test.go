@@ -4,12 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -55,7 +58,7 @@ func (o *outFile) text(t *testing.T) string {
 func raise(t *testing.T, spec Spec) *Wall {
 	t.Helper()
 	if spec.Self == "" {
-		spec.Self = harnessBin
+		spec.Self = harnessBin(t)
 	}
 	if spec.Run == "" {
 		spec.Run = fmt.Sprintf("test-%d", time.Now().UnixNano())
@@ -182,4 +185,230 @@ func TestWalledRoundTripExitStatusAndRemoval(t *testing.T) {
 		t.Errorf("the door saw %v, want exactly the two connections to port 443", dsts)
 	}
 	assertGone(t, e, w.Name())
+}
+
+func TestCommandNotFoundIs127(t *testing.T) {
+	e := requirePodman(t)
+	errOut := newOut(t)
+	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), NoNetwork: true, Command: []string{"no-such-command"}, Stderr: errOut.w})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitCode(t, w); code != 127 {
+		t.Errorf("exit %d, want 127", code)
+	}
+	w.Close()
+	if s := errOut.text(t); !strings.Contains(s, "command not found") || !strings.Contains(s, "no-such-command") {
+		t.Errorf("stderr %q does not say what was not found", s)
+	}
+}
+
+func TestSignalsReachTheCommandsGroup(t *testing.T) {
+	e := requirePodman(t)
+	out := newOut(t)
+	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), NoNetwork: true, Stdout: out.w,
+		Command: []string{"sh", "-c", `trap 'echo usr1; exit 4' USR1; echo ready; while :; do sleep 0.1; done`}})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(); err != ErrAlreadyStarted {
+		t.Errorf("second Start: %v, want ErrAlreadyStarted", err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := w.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitCode(t, w); code != 4 {
+		t.Errorf("exit %d, want the trap's 4", code)
+	}
+	w.Close()
+	if s := out.text(t); !strings.Contains(s, "usr1") {
+		t.Errorf("stdout %q: the trap did not run", s)
+	}
+	if err := w.Signal(syscall.SIGTERM); err != ErrClosed {
+		t.Errorf("Signal after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestKilledCommandReports128PlusSignal(t *testing.T) {
+	e := requirePodman(t)
+	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), NoNetwork: true, Command: []string{"sleep", "3004"}})
+	if err := w.Signal(syscall.SIGTERM); err != ErrNotStarted {
+		t.Errorf("Signal before Start: %v, want ErrNotStarted", err)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitCode(t, w); code != 128+int(syscall.SIGKILL) {
+		t.Errorf("exit %d, want %d", code, 128+int(syscall.SIGKILL))
+	}
+}
+
+func TestCloseWhileRunningLeavesNothing(t *testing.T) {
+	e := requirePodman(t)
+	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), Ports: []uint16{443},
+		Command: []string{"sh", "-c", "sleep 3002 & sleep 3002; wait"}})
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the run's sleeps", func() bool { return len(procsWithArg("3002")) == 2 })
+	dir := w.dir
+	t0 := time.Now()
+	w.Close()
+	t.Logf("closed in %d ms", time.Since(t0).Milliseconds())
+	w.Close()
+	assertGone(t, e, w.Name())
+	if pids := procsWithArg("3002"); len(pids) != 0 {
+		t.Errorf("the run's processes outlived Close: %v", pids)
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("the host's directory for the container is still there: %v", err)
+	}
+	if _, err := w.Listeners().Transparent.Accept(); err == nil {
+		t.Error("the door's listener still accepts after Close")
+	}
+}
+
+func TestNoNetworkHasNoRouteAndNoListeners(t *testing.T) {
+	e := requirePodman(t)
+	out := newOut(t)
+	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), NoNetwork: true, Stdout: out.w, Stderr: out.w,
+		Command: []string{"sh", "-c", "ip route; ip -6 route; nc -w 2 192.0.2.1 443 </dev/null; echo nc=$?"}})
+	if l := w.Listeners(); l.Transparent != nil || l.DNSUDP != nil || l.DNSTCP != nil {
+		t.Errorf("listeners for a container with no network: %+v", l)
+	}
+	if err := w.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitCode(t, w)
+	w.Close()
+	s := out.text(t)
+	if strings.Contains(s, "default") || !strings.Contains(s, "nc=1") || !strings.Contains(s, "unreachable") {
+		t.Errorf("output %q: want no routes and an unreachable network", s)
+	}
+}
+
+// TestOnlyTheContainersInitIsAccepted: a process that is not the container's
+// init reaching the control socket is refused.
+func TestOnlyTheContainersInitIsAccepted(t *testing.T) {
+	e := requirePodman(t)
+	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), NoNetwork: true, Command: []string{"true"}})
+	sock := t.TempDir() + "/c.sock"
+	l, err := net.ListenUnix("unix", &net.UnixAddr{Name: sock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, `{"type":"hello","version":%d}`+"\n", protocolVersion)
+	peer, err := l.AcceptUnix()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err = w.accept(ctx, peer)
+	if err == nil || !strings.Contains(err.Error(), "refusing it") || !strings.Contains(err.Error(), fmt.Sprint(os.Getpid())) {
+		t.Fatalf("accept of this test process: %v, want a refusal naming pid %d", err, os.Getpid())
+	}
+}
+
+func TestSweepRemovesOnlyOrphans(t *testing.T) {
+	e := requirePodman(t)
+	img := busyboxImage(t, e)
+	// A raise first, so that the engine's resource limits are adapted.
+	w := raise(t, Spec{Engine: e, Image: img, NoNetwork: true, Command: []string{"true"}})
+	w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := func(name, pid, pidStart string) {
+		args := append([]string{"run", "--detach", "--rm", "--name", name, "--network", "none",
+			"--label", LabelRun + "=" + name, "--label", LabelPid + "=" + pid, "--label", LabelPidStart + "=" + pidStart},
+			e.ulimitFlags()...)
+		args = append(args, "--entrypoint", "/bin/sleep", img, "300")
+		if _, err := e.output(ctx, args...); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = e.output(context.Background(), "rm", "--force", "--time", "0", name) })
+	}
+	suffix := fmt.Sprint(time.Now().UnixNano())
+	orphan, owned := "postern-test-orphan-"+suffix, "postern-test-owned-"+suffix
+	start(orphan, "2147483646", "1")
+	start(owned, fmt.Sprint(os.Getpid()), fmt.Sprint(processStart(os.Getpid())))
+	if err := Sweep(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, e, orphan)
+	if !w.eng.containerExists(ctx, owned) {
+		t.Errorf("Sweep removed %s, whose controller (this test) is alive", owned)
+	}
+}
+
+// procsWithArg lists processes whose command line has arg as an argument.
+func procsWithArg(arg string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		for _, a := range strings.Split(string(b), "\x00") {
+			if a == arg {
+				var pid int
+				fmt.Sscan(e.Name(), &pid)
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 20s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestDetectDocker(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	e, err := Detect(ctx, Docker)
+	if err == nil {
+		if e.Name != Docker || e.Version == "" {
+			t.Fatalf("docker detected as %+v", e)
+		}
+		return
+	}
+	if !errors.Is(err, ErrNoEngine) {
+		t.Fatalf("error %v is not ErrNoEngine", err)
+	}
+	var ee *EngineError
+	if !errors.As(err, &ee) || len(ee.Tried) != 1 || ee.Remedy == "" {
+		t.Fatalf("error %#v, want an *EngineError with what was tried and a remedy", err)
+	}
+	if _, lerr := exec.LookPath("docker"); lerr == nil {
+		if !strings.Contains(ee.Tried[0], "cannot run containers") {
+			t.Errorf("docker CLI installed: %q should say it cannot run containers", ee.Tried[0])
+		}
+	} else if !strings.Contains(ee.Tried[0], "not found in PATH") {
+		t.Errorf("no docker CLI: %q should say so", ee.Tried[0])
+	}
+	if _, err := Detect(ctx, "lxc"); err == nil || errors.Is(err, ErrNoEngine) {
+		t.Errorf("unknown engine name: %v", err)
+	}
 }

@@ -304,7 +304,10 @@ func TestContainerRunIsWalled(t *testing.T) {
 	}
 	tcpHits.Range(func(k, _ any) bool { t.Errorf("port 8080 outside the policy was reached from %v", k); return true })
 	time.Sleep(200 * time.Millisecond)
-	udpHits.Range(func(k, v any) bool { t.Errorf("UDP from inside the wall reached the other host from %v: %q", k, v); return true })
+	udpHits.Range(func(k, v any) bool {
+		t.Errorf("UDP from inside the wall reached the other host from %v: %q", k, v)
+		return true
+	})
 
 	run := ctrRecord(t, home)
 	if run.Lane != "local-container" || run.Carry != "container-bridge" || run.State != records.StateExited ||
