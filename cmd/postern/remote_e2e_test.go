@@ -60,7 +60,7 @@ type controller struct {
 	Pub         string // public key line
 }
 
-func newController(t *testing.T) *controller {
+func newController(t testing.TB) *controller {
 	t.Helper()
 	c := &controller{Home: t.TempDir(), PosternHome: t.TempDir()}
 	ssh := filepath.Join(c.Home, ".ssh")
@@ -77,7 +77,7 @@ func newController(t *testing.T) *controller {
 	return c
 }
 
-func keygen(t *testing.T, path string) {
+func keygen(t testing.TB, path string) {
 	t.Helper()
 	out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "postern-test", "-f", path).CombinedOutput()
 	if err != nil {
@@ -88,7 +88,7 @@ func keygen(t *testing.T, path string) {
 func (c *controller) sshFile(name string) string { return filepath.Join(c.Home, ".ssh", name) }
 
 // writeSSH writes a file under ~/.ssh.
-func (c *controller) writeSSH(t *testing.T, name, content string) {
+func (c *controller) writeSSH(t testing.TB, name, content string) {
 	t.Helper()
 	if err := os.WriteFile(c.sshFile(name), []byte(content), 0o600); err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func (c *controller) writeSSH(t *testing.T, name, content string) {
 }
 
 // trust adds h's host key for addr (host or [host]:port) to known_hosts.
-func (c *controller) trust(t *testing.T, addr, hostPub string) {
+func (c *controller) trust(t testing.TB, addr, hostPub string) {
 	t.Helper()
 	f, err := os.OpenFile(c.sshFile("known_hosts"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -120,7 +120,7 @@ func (c *controller) env() []string {
 }
 
 // postern runs the built binary as this controller.
-func (c *controller) postern(t *testing.T, args ...string) (stdout, stderr string, code int) {
+func (c *controller) postern(t testing.TB, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -141,7 +141,7 @@ func (c *controller) postern(t *testing.T, args ...string) (stdout, stderr strin
 }
 
 // mustPostern runs postern and fails the test unless it exits 0.
-func (c *controller) mustPostern(t *testing.T, args ...string) string {
+func (c *controller) mustPostern(t testing.TB, args ...string) string {
 	t.Helper()
 	o, e, code := c.postern(t, args...)
 	if code != 0 {
@@ -151,7 +151,7 @@ func (c *controller) mustPostern(t *testing.T, args ...string) string {
 }
 
 // startSSHD runs sshd inside h, listening on listen:22, letting pub log in as root.
-func startSSHD(t *testing.T, h *testhosts.Host, listen netip.Addr, pub string) *sshHost {
+func startSSHD(t testing.TB, h *testhosts.Host, listen netip.Addr, pub string) *sshHost {
 	t.Helper()
 	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
 		t.Fatalf("OpenSSH sshd is needed for remote tests (apt-get install openssh-server): %v", err)
@@ -245,7 +245,7 @@ LogLevel ERROR
 }
 
 // agentFiles lists the installed agents under a remote home.
-func agentFiles(t *testing.T, home string) []string {
+func agentFiles(t testing.TB, home string) []string {
 	t.Helper()
 	m, err := filepath.Glob(filepath.Join(home, ".cache", "postern", "agents", "*", "postern"))
 	if err != nil {
@@ -266,7 +266,7 @@ type remoteLab struct {
 	C        *controller
 }
 
-func newRemoteLab(t *testing.T) *remoteLab {
+func newRemoteLab(t testing.TB) *remoteLab {
 	t.Helper()
 	testhosts.RequireRoot(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -303,19 +303,24 @@ func newRemoteLab(t *testing.T) *remoteLab {
 }
 
 // policy allows upstream.test on port 80 and the link's /24 it lives in.
-func (r *remoteLab) policy(t *testing.T) string {
-	return writeFile(t, "remote-policy.hcl", fmt.Sprintf(`
+func (r *remoteLab) policy(t testing.TB) string {
+	p := filepath.Join(t.TempDir(), "remote-policy.hcl")
+	src := fmt.Sprintf(`
 mode        = "enforce"
 ports       = [80]
 allow       = ["upstream.test"]
 allow_cidrs = ["%s"]
-`, r.Link.Prefix))
+`, r.Link.Prefix)
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 func (r *remoteLab) resolver() string { return netip.AddrPortFrom(r.Remote.Addr, 53).String() }
 
 // addAndProbe adds the remote as name through an ssh config alias and measures it.
-func (r *remoteLab) addAndProbe(t *testing.T, name string) {
+func (r *remoteLab) addAndProbe(t testing.TB, name string) {
 	t.Helper()
 	r.C.writeSSH(t, "config", fmt.Sprintf("Host %s-alias\n  HostName %s\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n  IdentitiesOnly yes\n", name, r.Remote.Addr))
 	r.C.trust(t, r.Remote.Addr.String(), r.Remote.HostPub)
@@ -323,7 +328,7 @@ func (r *remoteLab) addAndProbe(t *testing.T, name string) {
 	r.C.mustPostern(t, "machine", "probe-confinement", name)
 }
 
-func lastRun(t *testing.T, c *controller) records.Run {
+func lastRun(t testing.TB, c *controller) records.Run {
 	t.Helper()
 	out := c.mustPostern(t, "runs", "list", "--json")
 	var rs []records.Run
@@ -465,7 +470,7 @@ func TestRemoteAgentReusedAndReinstalledWhenDamaged(t *testing.T) {
 	}
 }
 
-func sha256File(t *testing.T, p string) string {
+func sha256File(t testing.TB, p string) string {
 	t.Helper()
 	out, err := exec.Command("sha256sum", p).Output()
 	if err != nil {
@@ -510,7 +515,7 @@ func TestRemoteHostKeys(t *testing.T) {
 	c.mustPostern(t, "machine", "probe-confinement", "far")
 }
 
-func fingerprint(t *testing.T, pub string) string {
+func fingerprint(t testing.TB, pub string) string {
 	t.Helper()
 	cmd := exec.Command("ssh-keygen", "-l", "-E", "sha256", "-f", "-")
 	cmd.Stdin = strings.NewReader(pub + "\n")
@@ -592,7 +597,7 @@ func TestRemoteControllerKilledLeavesNothing(t *testing.T) {
 	}
 }
 
-func pgrep(t *testing.T, pattern string) bool {
+func pgrep(t testing.TB, pattern string) bool {
 	t.Helper()
 	err := exec.Command("pgrep", "-f", pattern).Run()
 	var ee *exec.ExitError
@@ -605,7 +610,7 @@ func pgrep(t *testing.T, pattern string) bool {
 	return true
 }
 
-func waitUntil(t *testing.T, d time.Duration, what string, cond func() bool) {
+func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)
 	for !cond() {
