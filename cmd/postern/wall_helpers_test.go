@@ -257,7 +257,7 @@ func (p poster) run(t *testing.T, flags []string, script string) walled {
 	return w
 }
 
-// logf prints what a failing assertion needs.
+// String is what a failing assertion needs to show: output, record and events.
 func (w walled) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "exit %d after %s\nstdout:\n%s\nstderr:\n%s\nrun: %+v\nevents:\n", w.Code, w.Took.Round(time.Millisecond), w.Stdout, w.Stderr, w.Run)
