@@ -65,7 +65,7 @@ func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m ma
 		}
 		run.Carry = string(c)
 	}
-	eng, err := container.Detect(ctx, cs.Engine)
+	eng, err := container.DetectRemembered(ctx, cs.Engine)
 	if err != nil {
 		if noNetwork {
 			run.State = records.StateRunning

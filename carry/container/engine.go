@@ -52,6 +52,8 @@ type Engine struct {
 
 	mu      sync.Mutex
 	ulimits map[int]uint64 // rlimit resource -> value both limits are set to
+
+	remembered bool // recalled rather than detected now
 }
 
 // detectTimeout bounds each command detection runs.

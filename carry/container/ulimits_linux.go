@@ -39,3 +39,19 @@ func (e *Engine) adaptRlimit(resource int) (string, bool) {
 	e.ulimits[resource] = next
 	return fmt.Sprintf("%s=%d:%d", rlimitNames[resource], next, next), true
 }
+
+// hardLimits names this process's hard limits that engines' defaults meet.
+func hardLimits() string {
+	var nofile, nproc unix.Rlimit
+	_ = unix.Getrlimit(unix.RLIMIT_NOFILE, &nofile)
+	_ = unix.Getrlimit(unix.RLIMIT_NPROC, &nproc)
+	return fmt.Sprintf("nofile=%d,nproc=%d", nofile.Max, nproc.Max)
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}

@@ -164,6 +164,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	}
 
 	var conn *net.UnixConn
+	attemptsAdapted := false
 	for attempt := 1; ; attempt++ {
 		conn, err = w.startContainer(ctx, spec, self, resolv)
 		if err == nil {
@@ -175,16 +176,25 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		}
 		r, refused := refusedRlimit(se.stderr)
 		if !refused {
+			if spec.Engine.remembered {
+				// What was remembered may no longer hold (a runtime removed):
+				// the next run detects afresh.
+				spec.Engine.forget()
+			}
 			return nil, err
 		}
 		flag, lower := spec.Engine.adaptRlimit(r)
 		if !lower {
 			return nil, err
 		}
+		attemptsAdapted = true
 		logger.Info("container runtime refused a resource limit; retrying lower", "engine", spec.Engine.Name, "ulimit", flag)
 	}
 	w.ctl = newControl(conn)
 	go w.read()
+	if attemptsAdapted || !spec.Engine.remembered {
+		spec.Engine.remember()
+	}
 
 	if !spec.NoNetwork {
 		lis, err := configureNetns(w.pid, spec.Ports)

@@ -412,3 +412,36 @@ func TestDetectDocker(t *testing.T) {
 		t.Errorf("unknown engine name: %v", err)
 	}
 }
+
+func TestRaiseRemembersTheEngine(t *testing.T) {
+	e := requirePodman(t)
+	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), NoNetwork: true, Command: []string{"true"}})
+	w.Close()
+	got := recall(Podman)
+	if got == nil {
+		t.Fatal("nothing remembered after a container ran")
+	}
+	if got.Path != e.Path || got.Version != e.Version || strings.Join(got.ulimitFlags(), " ") != strings.Join(e.ulimitFlags(), " ") ||
+		strings.Join(got.global, " ") != strings.Join(e.global, " ") || !got.remembered {
+		t.Fatalf("remembered %+v, want %+v", got, e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	t0 := time.Now()
+	r, err := DetectRemembered(ctx, Podman)
+	if err != nil || !r.remembered {
+		t.Fatalf("DetectRemembered: %+v, %v", r, err)
+	}
+	t.Logf("recalled in %d µs", time.Since(t0).Microseconds())
+	if recall(Docker) != nil {
+		t.Error("docker recalled though only podman was remembered")
+	}
+	// A remembered engine whose runtime refuses to start anything is forgotten.
+	r.global = append(r.global, "--runtime", "/nonexistent/runtime")
+	if _, err := Raise(ctx, Spec{Engine: r, Image: busyboxImage(t, e), NoNetwork: true, Command: []string{"true"}, Self: harnessBin(t)}); err == nil {
+		t.Fatal("a container started with a runtime that does not exist")
+	}
+	if recall(Podman) != nil {
+		t.Fatal("an engine that failed to start a container is still remembered")
+	}
+}

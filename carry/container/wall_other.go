@@ -63,3 +63,6 @@ func Init(ctx context.Context, args []string, signals <-chan os.Signal, stderr i
 
 // Sweep has nothing to remove here.
 func Sweep(ctx context.Context, e *Engine) error { return nil }
+
+func hardLimits() string    { return "" }
+func kernelRelease() string { return "" }

@@ -79,7 +79,7 @@ func ctrSetup(t *testing.T) {
 			return
 		}
 		cmd := exec.CommandContext(ctx, ctrBin, "machine", "probe-confinement", "--json")
-		cmd.Env = append(curlEnv(), "POSTERN_HOME="+ctrHome)
+		cmd.Env = append(ctrEnv(), "POSTERN_HOME="+ctrHome)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			ctrErr = fmt.Errorf("postern machine probe-confinement: %v\n%s", err, out)
@@ -114,6 +114,12 @@ func ctrImageFiles() []container.ImageFile {
 	return files
 }
 
+// ctrEnv is the environment of the tests' postern: no proxies, and a cache
+// directory of the tests' own (postern remembers container engines there).
+func ctrEnv() []string {
+	return append(curlEnv(), "XDG_CACHE_HOME="+filepath.Join(binDirOf(posternBin), "container", "cache"))
+}
+
 func binDirOf(p string) string { return filepath.Dir(p) }
 
 // ctrHomeCopy is a POSTERN_HOME of the test's own holding the measured record.
@@ -141,7 +147,7 @@ func ctrPostern(t *testing.T, home string, args ...string) ctrRun {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, ctrBin, args...)
-	cmd.Env = append(curlEnv(), "POSTERN_HOME="+home)
+	cmd.Env = append(ctrEnv(), "POSTERN_HOME="+home)
 	var o, e bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
@@ -370,7 +376,7 @@ func ctrStart(t *testing.T, home string, args ...string) *ctrStarted {
 	t.Helper()
 	s := &ctrStarted{done: make(chan struct{})}
 	s.cmd = exec.Command(ctrBin, args...)
-	s.cmd.Env = append(curlEnv(), "POSTERN_HOME="+home)
+	s.cmd.Env = append(ctrEnv(), "POSTERN_HOME="+home)
 	s.cmd.Stdout = lockedBuffer{&s.mu, &s.stdout}
 	s.cmd.Stderr = lockedBuffer{&s.mu, &s.stderr}
 	if err := s.cmd.Start(); err != nil {
