@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/postern-dev/postern/carry/container"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/testhosts"
@@ -591,4 +593,74 @@ func TestContainerFlagsNeedContainer(t *testing.T) {
 			t.Errorf("postern %v: exit %d stderr %q, want 2 with a message", args, code, stderr)
 		}
 	}
+}
+
+// TestContainerInteractiveRunGetsATerminal runs postern on a terminal of the
+// test's own: the container's command sees a terminal of that size, and its
+// status is postern's.
+func TestContainerInteractiveRunGetsATerminal(t *testing.T) {
+	ctrSetup(t)
+	home := ctrHomeCopy(t)
+	master, slave := ctrOpenPTY(t, 27, 93)
+	cmd := exec.Command(ctrBin, "run", "--container", ctrImage, "--", "sh", "-c", `tty; stty size; echo "TERM=$TERM"; exit 6`)
+	cmd.Env = append(ctrEnv(), "POSTERN_HOME="+home, "TERM=xterm-test")
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	out := make(chan string, 1)
+	go func() {
+		var b bytes.Buffer
+		_, _ = b.ReadFrom(master) // ends with EIO when the last holder of the slave is gone
+		out <- b.String()
+	}()
+	waited := make(chan error, 1)
+	go func() { waited <- cmd.Wait() }()
+	select {
+	case <-waited:
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatal("postern on a terminal did not end within a minute")
+	}
+	var text string
+	select {
+	case text = <-out:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the terminal was not closed after postern ended")
+	}
+	t.Logf("terminal:\n%s", text)
+	if code := cmd.ProcessState.ExitCode(); code != 6 {
+		t.Errorf("postern exited %d, want 6", code)
+	}
+	if !strings.Contains(text, "/dev/pts/") || !strings.Contains(text, "27 93") || !strings.Contains(text, "TERM=xterm-test") {
+		t.Errorf("the run did not see a terminal of 27x93 with TERM: %q", text)
+	}
+}
+
+// ctrOpenPTY opens a pseudo-terminal of rows x cols.
+func ctrOpenPTY(t *testing.T, rows, cols uint16) (master, slave *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
+		t.Fatal(err)
+	}
+	return m, s
 }
