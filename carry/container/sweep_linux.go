@@ -3,14 +3,22 @@ package container
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 )
 
+// dirPrefix starts the name of the host directory each container gets (its
+// control socket, its resolv.conf), followed by the owner's pid.start.
+const dirPrefix = "postern-container-"
+
 // Sweep removes containers postern started whose controlling postern is gone
 // (the harness normally ends them itself when its host goes away; this catches
-// what an engine failed to remove). It returns the first error met.
+// what an engine failed to remove), and the host directories such a postern
+// left behind. It returns the first error met.
 func Sweep(ctx context.Context, e *Engine) error {
+	sweepDirs()
 	out, err := e.output(ctx, "ps", "--all", "--quiet", "--no-trunc", "--filter", "label="+LabelRun)
 	if err != nil {
 		return fmt.Errorf("list postern's containers: %w", err)
@@ -43,4 +51,25 @@ func controllerAlive(pidLabel, startLabel string) bool {
 		return false
 	}
 	return start != 0 && processStart(pid) == start
+}
+
+// sweepDirs removes the host directories of containers whose postern is gone
+// (killed before it could remove them).
+func sweepDirs() {
+	ents, err := os.ReadDir(os.TempDir())
+	if err != nil {
+		return
+	}
+	for _, ent := range ents {
+		rest, ok := strings.CutPrefix(ent.Name(), dirPrefix)
+		if !ok || !ent.IsDir() {
+			continue
+		}
+		owner, _, ok := strings.Cut(rest, "-")
+		pid, start, ok2 := strings.Cut(owner, ".")
+		if !ok || !ok2 || controllerAlive(pid, start) {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(os.TempDir(), ent.Name()))
+	}
 }

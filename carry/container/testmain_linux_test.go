@@ -13,24 +13,30 @@ import (
 	"github.com/postern-dev/postern/internal/testhosts"
 )
 
-// buildDir holds what the tests build; TestMain removes it.
-var buildDir string
+// testDir holds what the tests build and what Raise remembers; it is made on
+// first use (fuzz workers never need it) and TestMain removes it.
+var (
+	testDirOnce sync.Once
+	testDirPath string
+	testDirErr  error
+)
 
-func TestMain(m *testing.M) {
-	os.Exit(runTests(m))
+func testDir() string {
+	testDirOnce.Do(func() { testDirPath, testDirErr = os.MkdirTemp("", "postern-container-test-") })
+	if testDirErr != nil {
+		panic(testDirErr)
+	}
+	return testDirPath
 }
 
-func runTests(m *testing.M) int {
-	dir, err := os.MkdirTemp("", "postern-container-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "container tests:", err)
-		return 1
-	}
-	defer os.RemoveAll(dir)
-	buildDir = dir
+func TestMain(m *testing.M) {
 	// What Raise remembers about engines stays with the tests.
-	rememberPath = func() string { return filepath.Join(dir, "container-engines.json") }
-	return m.Run()
+	rememberPath = func() string { return filepath.Join(testDir(), "container-engines.json") }
+	code := m.Run()
+	if testDirPath != "" {
+		os.RemoveAll(testDirPath)
+	}
+	os.Exit(code)
 }
 
 var (
@@ -45,7 +51,7 @@ var (
 func harnessBin(t *testing.T) string {
 	t.Helper()
 	harnessOnce.Do(func() {
-		harnessPath = filepath.Join(buildDir, "postern")
+		harnessPath = filepath.Join(testDir(), "postern")
 		build := exec.Command("go", "build", "-o", harnessPath, "github.com/postern-dev/postern/cmd/postern")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := build.CombinedOutput(); err != nil {

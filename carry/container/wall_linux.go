@@ -140,7 +140,8 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		logger.Warn("sweep stale containers", "engine", spec.Engine.Name, "err", err)
 	}
 
-	dir, err := os.MkdirTemp("", "postern-container-")
+	// Named for this process, so Sweep can tell when its owner is gone.
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d.%d-", dirPrefix, os.Getpid(), processStart(os.Getpid())))
 	if err != nil {
 		return nil, fmt.Errorf("container: %w", err)
 	}
@@ -635,21 +636,12 @@ func (e *Engine) containerExists(ctx context.Context, name string) bool {
 }
 
 func closeListeners(l door.Listeners) {
+	// A nil listener converts to a nil io.Closer.
 	for _, c := range []io.Closer{l.Transparent, l.DNSUDP, l.DNSTCP, l.Proxy} {
-		if c != nil && !isNilCloser(c) {
+		if c != nil {
 			c.Close()
 		}
 	}
-}
-
-func isNilCloser(c io.Closer) bool {
-	switch v := c.(type) {
-	case net.Listener:
-		return v == nil
-	case net.PacketConn:
-		return v == nil
-	}
-	return false
 }
 
 func containerName(run string) string {

@@ -343,10 +343,26 @@ func TestSweepRemovesOnlyOrphans(t *testing.T) {
 	orphan, owned := "postern-test-orphan-"+suffix, "postern-test-owned-"+suffix
 	start(orphan, "2147483646", "1")
 	start(owned, fmt.Sprint(os.Getpid()), fmt.Sprint(processStart(os.Getpid())))
+	// A directory a killed postern left behind, and one of a live one.
+	deadDir, err := os.MkdirTemp("", dirPrefix+"2147483646.1-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	liveDir, err := os.MkdirTemp("", fmt.Sprintf("%s%d.%d-", dirPrefix, os.Getpid(), processStart(os.Getpid())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(liveDir)
 	if err := Sweep(ctx, e); err != nil {
 		t.Fatal(err)
 	}
 	assertGone(t, e, orphan)
+	if _, err := os.Stat(deadDir); !os.IsNotExist(err) {
+		t.Errorf("the directory of a dead postern is still there: %v", err)
+	}
+	if _, err := os.Stat(liveDir); err != nil {
+		t.Errorf("Sweep removed the directory of a live postern: %v", err)
+	}
 	if !w.eng.containerExists(ctx, owned) {
 		t.Errorf("Sweep removed %s, whose controller (this test) is alive", owned)
 	}

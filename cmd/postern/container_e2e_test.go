@@ -446,6 +446,17 @@ func TestContainerGoneAfterPosternKilled(t *testing.T) {
 	if pids := procsWithArg("3001"); len(pids) != 0 {
 		t.Errorf("the run's sleep 3001 outlived postern: pids %v", pids)
 	}
+	// What the killed postern held on the host goes with the next run.
+	left, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("postern-container-%d.*", s.cmd.Process.Pid)))
+	if len(left) != 1 {
+		t.Fatalf("the killed postern's directory: %v, want one", left)
+	}
+	if r := ctrPostern(t, home, "run", "--container", ctrImage, "--", "true"); r.Code != 0 {
+		t.Fatalf("next run: exit %d: %s", r.Code, r.Stderr)
+	}
+	if _, err := os.Stat(left[0]); !os.IsNotExist(err) {
+		t.Errorf("%s is still there after the next run: %v", left[0], err)
+	}
 }
 
 // procsWithArg lists processes whose command line has arg as an argument.
