@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -460,4 +461,40 @@ func TestRaiseRemembersTheEngine(t *testing.T) {
 	if recall(Podman) != nil {
 		t.Fatal("an engine that failed to start a container is still remembered")
 	}
+}
+
+// TestRaiseAndCloseLeakNothing: descriptors and goroutines return to where they
+// were after walled containers come and go.
+func TestRaiseAndCloseLeakNothing(t *testing.T) {
+	e := requirePodman(t)
+	img := busyboxImage(t, e)
+	cycle := func() {
+		w := raise(t, Spec{Engine: e, Image: img, Ports: []uint16{80, 443}, Command: []string{"true"}})
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitCode(t, w)
+		w.Close()
+	}
+	cycle() // warm up: the engine's limits adapted, the runtime's lazy state
+	fds, gs := countFDs(t), runtime.NumGoroutine()
+	for range 3 {
+		cycle()
+	}
+	time.Sleep(200 * time.Millisecond)
+	if got := countFDs(t); got > fds {
+		t.Errorf("descriptors: %d before, %d after three containers", fds, got)
+	}
+	if got := runtime.NumGoroutine(); got > gs {
+		t.Errorf("goroutines: %d before, %d after three containers", gs, got)
+	}
+}
+
+func countFDs(t *testing.T) int {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(ents)
 }
