@@ -132,28 +132,12 @@ func runInContainer(ctx context.Context, store *records.Store, run *records.Run,
 	}
 
 	evlog := store.NewEventLog(run.ID, spec.OnEvent)
-	d, err := door.New(door.Config{Policy: pol.WithSelf(netwall.RunAddrs()...), Resolver: spec.Resolver, AddHosts: pins,
-		Emit: evlog.Emit, Run: run.ID, Logger: spec.Logger})
-	if err != nil {
-		_ = evlog.Close(ctx)
-		return 0, fmt.Errorf("start the door: %w", err)
-	}
-	// The door outlives a cancelled ctx long enough to drain; it is stopped below.
-	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
-	doorDone := make(chan error, 1)
-	go func() { doorDone <- d.Run(doorCtx, wall.Listeners()) }()
-
-	code, runErr := superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
-
-	stopDoor()
+	cfg := door.Config{Policy: pol, Resolver: spec.Resolver, AddHosts: pins, Emit: evlog.Emit, Run: run.ID, Logger: spec.Logger}
+	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
+		return superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
+	})
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
-	var doorErr error
-	select {
-	case doorErr = <-doorDone:
-	case <-tctx.Done():
-		doorErr = fmt.Errorf("the door did not stop within %s", teardownTimeout)
-	}
 	logErr := evlog.Close(tctx)
 	run.Allowed, run.Denied, run.WouldDeny = evlog.Counts()
 	if runErr != nil {

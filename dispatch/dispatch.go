@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -130,6 +131,21 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 			Fix:       "run with a wall (drop --egress-open), or on --machine local"})
 	}
 	run.State = records.StateRunning
+	if c == carry.NetworkWall && m.IsLocal() {
+		// The running record is written while the wall goes up, and is durable
+		// before the command starts.
+		snapshot := *run
+		recorded := make(chan error, 1)
+		go func() { recorded <- store.PutRun(&snapshot) }()
+		var once sync.Once
+		var werr error
+		wait := func() error { once.Do(func() { werr = <-recorded }); return werr }
+		code, err := runWalled(ctx, store, run, spec, pol, pins, wait)
+		if werr := wait(); werr != nil && err == nil {
+			err = werr
+		}
+		return finish(ctx, store, run, code, err)
+	}
 	if err := store.PutRun(run); err != nil {
 		return nil, err
 	}
@@ -139,11 +155,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		fmt.Fprintf(spec.Warn, "postern: WARNING: run %s has an OPEN network (no wall, no door): --egress-open %q; this is recorded\n", run.ID, run.EgressOpenReason)
 		code, err = runOpen(ctx, spec)
 	case carry.NetworkWall:
-		if !m.IsLocal() {
-			code, err = runRemote(ctx, store, run, spec, rec, m)
-			break
-		}
-		code, err = runWalled(ctx, store, run, spec, pol, pins)
+		code, err = runRemote(ctx, store, run, spec, rec, m)
 	default:
 		err = &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec), AtRunTime: fmt.Sprintf("carry %s is not available on this machine's platform", c), Fix: "run on a Linux machine"}
 	}

@@ -37,7 +37,9 @@ next:
 	return out
 }
 
-func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy, pins map[string][]netip.Addr) (int, error) {
+// runWalled runs a local walled run. recorded returns once the running record is
+// durable; the command does not start before.
+func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy, pins map[string][]netip.Addr, recorded func() error) (int, error) {
 	evlog := store.NewEventLog(run.ID, spec.OnEvent)
 	code, runErr := RunWalled(ctx, Walled{
 		Run: run.ID, Machine: run.Machine, Lane: run.Lane,
@@ -45,7 +47,8 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 		Policy: pol, Pins: pins, Resolver: spec.Resolver,
 		Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr,
 		Signals: spec.Signals, Emit: evlog.Emit,
-		Logger: spec.Logger, Warn: spec.Warn,
+		BeforeStart: recorded,
+		Logger:      spec.Logger, Warn: spec.Warn,
 	})
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()

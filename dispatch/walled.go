@@ -43,6 +43,9 @@ type Walled struct {
 	// KillGrace is how long the run has between SIGTERM and SIGKILL once ctx is
 	// done; zero means 5s.
 	KillGrace time.Duration
+	// BeforeStart, if set, is called once the wall is up, before the command
+	// starts; an error ends the run there.
+	BeforeStart func() error
 	// OnStart, if set, is called once the command runs inside the wall.
 	OnStart func()
 	// Landlock also confines the command with Landlock, where the kernel has
@@ -109,26 +112,15 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	}
 	defer wall.Close()
 
-	d, err := door.New(door.Config{Policy: w.Policy.WithSelf(netwall.RunAddrs()...), Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger})
-	if err != nil {
-		return 0, fmt.Errorf("start the door: %w", err)
+	if w.BeforeStart != nil {
+		if err := w.BeforeStart(); err != nil {
+			return 0, err
+		}
 	}
-	// The door outlives a cancelled ctx long enough to drain; it is stopped below.
-	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
-	doorDone := make(chan error, 1)
-	go func() { doorDone <- d.Run(doorCtx, wall.Listeners()) }()
-
-	code, runErr := superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
-
-	stopDoor()
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
-	defer cancel()
-	var doorErr error
-	select {
-	case doorErr = <-doorDone:
-	case <-tctx.Done():
-		doorErr = fmt.Errorf("the door did not stop within %s", teardownTimeout)
-	}
+	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger}
+	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
+		return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
+	})
 	if runErr != nil {
 		return code, runErr
 	}
@@ -137,6 +129,34 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		fmt.Fprintf(w.Warn, "postern: run %s: %v\n", w.Run, doorErr)
 	}
 	return code, nil
+}
+
+// withDoor serves a door on a wall's listeners while body runs the walled
+// command, then stops the door, giving open connections a bounded drain. The
+// door floors the run's own addresses. It returns body's results and what went
+// wrong with the door.
+func withDoor(ctx context.Context, ls door.Listeners, cfg door.Config, body func() (int, error)) (int, error, error) {
+	cfg.Policy = cfg.Policy.WithSelf(netwall.RunAddrs()...)
+	d, err := door.New(cfg)
+	if err != nil {
+		return 0, fmt.Errorf("start the door: %w", err), nil
+	}
+	// The door outlives a cancelled ctx long enough to drain; it is stopped below.
+	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
+	doorDone := make(chan error, 1)
+	go func() { doorDone <- d.Run(doorCtx, ls) }()
+
+	code, runErr := body()
+
+	stopDoor()
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
+	defer cancel()
+	select {
+	case err = <-doorDone:
+	case <-tctx.Done():
+		err = fmt.Errorf("the door did not stop within %s", teardownTimeout)
+	}
+	return code, runErr, err
 }
 
 // walledCommand is a command behind a wall: a *netwall.Wall, or a
