@@ -91,7 +91,9 @@ func New(cfg Config) (*Door, error) {
 		d.lookup = systemLookup
 	}
 	d.dial = func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
-		var nd net.Dialer
+		// No TCP keep-alive upstream (as squid and tinyproxy): it costs four
+		// setsockopts per dial and a probe per idle tunnel every 15s.
+		nd := net.Dialer{KeepAlive: -1}
 		return nd.DialContext(ctx, "tcp", ap.String())
 	}
 	d.origDst = func(c net.Conn) (netip.AddrPort, error) {
@@ -108,7 +110,8 @@ func New(cfg Config) (*Door, error) {
 // own addresses once Run knows them).
 func (d *Door) policy() *policy.Policy { return d.pol.Load() }
 
-// Run serves every non-nil listener until ctx is done. Then it stops accepting,
+// Run serves every non-nil listener until ctx is done. On Linux the proxy
+// listener is set to accept a connection only once its client has sent bytes. Then it stops accepting,
 // gives open connections cfg.DrainTimeout to finish, closes what is left, and
 // returns once every goroutine it started has ended. The listeners are closed.
 func (d *Door) Run(ctx context.Context, ls Listeners) error {
@@ -168,6 +171,7 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 		})
 	}
 	if ls.Proxy != nil {
+		deferAccept(ls.Proxy)
 		accept(ls.Proxy, "proxy", d.serveProxy)
 	}
 	if ls.Transparent != nil {
@@ -330,18 +334,26 @@ func (d *Door) dialJudged(ctx context.Context, j Judgement) (net.Conn, netip.Add
 	if j.Decision.Verdict != policy.Allow || len(j.Addrs) == 0 {
 		return nil, netip.Addr{}, errors.New("dial of a destination that was not admitted")
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.DialTimeout)
-	defer cancel()
+	// One timer bounds the dials. A context deadline would arm two (the
+	// context's and the socket's write deadline), and each costs the
+	// connection time on a busy machine.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := time.AfterFunc(d.cfg.DialTimeout, func() {
+		cancel(fmt.Errorf("no connection within %s: %w", d.cfg.DialTimeout, context.DeadlineExceeded))
+	})
+	defer timer.Stop()
 	var errs []error
 	for _, a := range j.Addrs {
 		c, err := d.dial(ctx, netip.AddrPortFrom(a, j.Port))
 		if err == nil {
 			return c, a, nil
 		}
-		errs = append(errs, err)
-		if ctx.Err() != nil {
+		if cause := context.Cause(ctx); cause != nil {
+			errs = append(errs, cause)
 			break
 		}
+		errs = append(errs, err)
 	}
 	return nil, j.Addrs[0], fmt.Errorf("dial %s port %d: %w", j.Host, j.Port, errors.Join(errs...))
 }

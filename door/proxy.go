@@ -11,10 +11,14 @@ import (
 	"net/http"
 	"net/netip"
 	"net/textproto"
+	"os"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/postern-dev/postern/door/policy"
 )
@@ -90,11 +94,12 @@ var aLongTimeAgo = time.Unix(1, 0)
 // serveProxy serves one explicit-proxy connection: CONNECT, or absolute-URI
 // HTTP requests with keep-alive, each request judged on its own.
 func (d *Door) serveProxy(ctx context.Context, c net.Conn) {
+	cr := newClientReader(ctx, c)
 	br := readerPool.Get().(*bufio.Reader)
-	br.Reset(c)
+	br.Reset(cr)
 	fw := &httpForwarder{d: d, client: c}
 	defer fw.closeUpstream()
-	req := d.serveRequests(ctx, c, br, fw)
+	req := d.serveRequests(ctx, c, br, cr, fw)
 	if req == nil {
 		putReader(br)
 		return
@@ -111,12 +116,83 @@ func putReader(br *bufio.Reader) {
 	readerPool.Put(br)
 }
 
-// serveRequests reads requests from br and forwards them until the connection
-// ends. It returns a CONNECT request for the caller to tunnel (explicit proxy
-// only), else nil.
-func (d *Door) serveRequests(ctx context.Context, c net.Conn, br *bufio.Reader, fw *httpForwarder) *http.Request {
+// clientReader is what a proxy connection's bufio.Reader reads from. While a
+// request head is awaited, a read that finds nothing arms the idle deadline
+// before it waits; a head that is already there (the usual first request)
+// costs no timer.
+type clientReader struct {
+	ctx    context.Context
+	c      net.Conn
+	rc     syscall.RawConn // nil: arm before every read of a head
+	idleBy time.Time       // zero: no head awaited
+	armed  bool
+}
+
+func newClientReader(ctx context.Context, c net.Conn) *clientReader {
+	cr := &clientReader{ctx: ctx, c: c}
+	if rc, ok := rawConn(c); ok {
+		cr.rc = rc
+	}
+	return cr
+}
+
+// awaitHead starts the wait for a request head, idle until by at most.
+func (r *clientReader) awaitHead(by time.Time) { r.idleBy, r.armed = by, false }
+
+// headDone ends it, clearing the deadline if one was armed.
+func (r *clientReader) headDone() {
+	if r.armed {
+		r.c.SetReadDeadline(time.Time{})
+	}
+	r.idleBy, r.armed = time.Time{}, false
+}
+
+func (r *clientReader) Read(p []byte) (int, error) {
+	if r.idleBy.IsZero() || r.armed || len(p) == 0 {
+		return r.c.Read(p)
+	}
+	if r.rc != nil {
+		var (
+			n     int
+			rerr  error
+			would bool
+		)
+		err := r.rc.Read(func(fd uintptr) bool {
+			for {
+				n, rerr = unix.Read(int(fd), p)
+				if rerr != unix.EINTR {
+					break
+				}
+			}
+			would = rerr == unix.EAGAIN
+			return true // never wait here
+		})
+		switch {
+		case err != nil:
+			return 0, err
+		case would:
+		case rerr != nil:
+			return 0, &net.OpError{Op: "read", Net: "tcp", Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+		case n == 0:
+			return 0, io.EOF
+		default:
+			return n, nil
+		}
+	}
+	r.armed = true
+	r.c.SetReadDeadline(r.idleBy)
+	if r.ctx.Err() != nil {
+		r.c.SetReadDeadline(aLongTimeAgo) // draining began before the deadline was armed
+	}
+	return r.c.Read(p)
+}
+
+// serveRequests reads requests from br (reading from cr) and forwards them
+// until the connection ends. It returns a CONNECT request for the caller to
+// tunnel (explicit proxy only), else nil.
+func (d *Door) serveRequests(ctx context.Context, c net.Conn, br *bufio.Reader, cr *clientReader, fw *httpForwarder) *http.Request {
 	for {
-		c.SetReadDeadline(time.Now().Add(proxyIdleTimeout))
+		cr.awaitHead(time.Now().Add(proxyIdleTimeout))
 		stopWatch := context.AfterFunc(ctx, func() { c.SetReadDeadline(aLongTimeAgo) })
 		head, err := peekHead(br)
 		var req *http.Request
@@ -137,7 +213,7 @@ func (d *Door) serveRequests(ctx context.Context, c net.Conn, br *bufio.Reader, 
 		if !stopped {
 			return nil // draining: no new requests
 		}
-		c.SetReadDeadline(time.Time{})
+		cr.headDone()
 		if req.Method == http.MethodConnect && fw.pinned == nil {
 			return req
 		}
@@ -151,6 +227,10 @@ func isClosedOrTimeout(err error) bool {
 	var ne net.Error
 	return errors.Is(err, net.ErrClosed) || (errors.As(err, &ne) && ne.Timeout())
 }
+
+// connectEstablished is the whole answer to an admitted CONNECT, written in
+// one call.
+var connectEstablished = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
 
 // handleConnect judges a CONNECT and, if admitted, tunnels it. pre are bytes
 // the client sent after the request head.
@@ -174,8 +254,8 @@ func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request,
 	}
 	up, addr, err := d.dialJudged(ctx, j)
 	j.Addr = addr
-	d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
 	if err != nil {
+		d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
 		writeStatus(c, 502, "Bad Gateway", fmt.Sprintf("postern door admitted %s but could not connect: %v\n", what, err), true)
 		d.emitEnd(id, "connect", j, 0, 0, start, "dial failed: "+err.Error())
 		return
@@ -183,7 +263,11 @@ func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request,
 	defer up.Close()
 	d.track(up)
 	defer d.untrack(up)
-	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+	// The client waits for the 200; the decision is recorded right after it
+	// goes out, before any of the client's bytes are read.
+	_, werr := c.Write(connectEstablished)
+	d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+	if werr != nil {
 		d.emitEnd(id, "connect", j, 0, 0, start, "client went away")
 		return
 	}

@@ -91,11 +91,12 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 	if peeked && fb.kind == headHTTP && herr == nil {
 		// Plain HTTP: every request on the connection is held to the admitted
 		// host, not just the first.
+		cr := newClientReader(ctx, c)
 		br := readerPool.Get().(*bufio.Reader)
-		br.Reset(io.MultiReader(bytes.NewReader(head), c))
+		br.Reset(io.MultiReader(bytes.NewReader(head), cr))
 		fw := &httpForwarder{d: d, client: c, pinned: &j, pinnedID: id,
 			up: up, upBR: bufio.NewReader(up), upKey: targetString(j.Host, j.Port), upAddr: addr}
-		d.serveRequests(ctx, c, br, fw)
+		d.serveRequests(ctx, c, br, cr, fw)
 		fw.closeUpstream()
 		putReader(br)
 		d.emitEnd(id, "transparent", j, fw.upTotal, fw.downTotal, start, "closed")

@@ -3,8 +3,10 @@ package door
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,18 +23,26 @@ var errNoHead = errors.New("client sent nothing")
 // byte is unbounded and holds no buffer (an idle server-speaks-first tunnel costs
 // nothing here); once bytes arrive, the head must complete within peekTimeout.
 func readHead(c net.Conn, pre []byte, firstBy time.Time) ([]byte, firstBytes, error) {
-	if len(pre) == 0 {
-		if firstBy.IsZero() {
-			if err := waitReadable(c); err != nil {
-				return nil, firstBytes{}, err
-			}
-		} else {
+	var buf []byte
+	if len(pre) == 0 && firstBy.IsZero() {
+		first, err := readWhenReadable(c)
+		if err != nil {
+			return nil, firstBytes{}, err
+		}
+		buf = first
+	} else {
+		if len(pre) == 0 {
 			c.SetReadDeadline(firstBy)
 		}
+		buf = make([]byte, len(pre), max(headBufSize, len(pre)))
+		copy(buf, pre)
 	}
-	defer c.SetReadDeadline(time.Time{})
-	buf := make([]byte, len(pre), max(2048, len(pre)))
-	copy(buf, pre)
+	armed := !firstBy.IsZero() && len(pre) == 0
+	defer func() {
+		if armed {
+			c.SetReadDeadline(time.Time{})
+		}
+	}()
 	completeBy := time.Time{}
 	for {
 		if len(buf) > 0 {
@@ -46,6 +56,7 @@ func readHead(c net.Conn, pre []byte, firstBy time.Time) ([]byte, firstBytes, er
 			if completeBy.IsZero() {
 				completeBy = time.Now().Add(peekTimeout)
 				c.SetReadDeadline(completeBy)
+				armed = true
 			}
 		}
 		if len(buf) == cap(buf) {
@@ -74,6 +85,10 @@ func readHead(c net.Conn, pre []byte, firstBy time.Time) ([]byte, firstBytes, er
 	}
 }
 
+// headBufSize is the first read of a client's head; most TLS ClientHellos
+// and HTTP heads fit.
+const headBufSize = 2048
+
 // waitReadable blocks until c has bytes to read (or is closed) without reading
 // them, so no buffer is held while waiting.
 func waitReadable(c net.Conn) error {
@@ -90,6 +105,76 @@ func waitReadable(c net.Conn) error {
 		_, _, err := unix.Recvfrom(int(fd), one[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 		return !errors.Is(err, unix.EAGAIN)
 	})
+}
+
+// readWhenReadable waits for c's first bytes holding no buffer, and reads
+// them in the same call that finds them there (one syscall, no peek).
+// It returns the bytes read (at least one), or an error (io.EOF when c ended
+// first).
+func readWhenReadable(c net.Conn) ([]byte, error) {
+	rc, ok := rawConn(c)
+	if !ok {
+		if err := waitReadable(c); err != nil {
+			return nil, err
+		}
+		buf := make([]byte, headBufSize)
+		m, err := c.Read(buf)
+		if m > 0 {
+			return buf[:m], nil
+		}
+		if err == nil {
+			err = io.ErrNoProgress
+		}
+		return nil, err
+	}
+	var (
+		buf  *[]byte
+		m    int
+		rerr error
+	)
+	err := rc.Read(func(fd uintptr) bool {
+		buf = headBufs.Get().(*[]byte)
+		for {
+			m, rerr = unix.Read(int(fd), *buf)
+			if rerr != unix.EINTR {
+				break
+			}
+		}
+		if rerr == unix.EAGAIN {
+			// Nothing yet: give the buffer back before waiting.
+			headBufs.Put(buf)
+			buf = nil
+			return false
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return nil, err
+	case rerr != nil:
+		return nil, &net.OpError{Op: "read", Net: "tcp", Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("read", rerr)}
+	case m == 0:
+		headBufs.Put(buf)
+		return nil, io.EOF
+	}
+	return (*buf)[:m], nil
+}
+
+// headBufs hold a first read only while it is attempted: a buffer that took
+// bytes goes with them to the caller, one that found none comes back.
+var headBufs = sync.Pool{New: func() any { b := make([]byte, headBufSize); return &b }}
+
+// rawConn is c's raw socket, when it has one.
+func rawConn(c net.Conn) (syscall.RawConn, bool) {
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil, false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil, false
+	}
+	return rc, true
 }
 
 // headRules say what a connection's first bytes must show.

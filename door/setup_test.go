@@ -1,0 +1,105 @@
+package door
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"net"
+	"net/netip"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestDialTimeout(t *testing.T) {
+	checkNoLeaks(t)
+	h := newHarness(t, mustPolicy(t, testPolicy), func(c *Config) {
+		c.AddHosts = map[string][]netip.Addr{"a.test": {netip.MustParseAddr("11.0.0.1")}}
+		c.DialTimeout = 300 * time.Millisecond
+	})
+	// An upstream that never answers: the dial waits until it is given up.
+	h.d.dial = func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
+		<-ctx.Done()
+		return nil, &net.OpError{Op: "dial", Net: "tcp", Err: ctx.Err()}
+	}
+	start := time.Now()
+	_, head, body := connectVia(t, h.proxy, "a.test:443")
+	took := time.Since(start)
+	if !strings.HasPrefix(head, "HTTP/1.1 502") || !strings.Contains(body, "no connection within 300ms") {
+		t.Fatalf("CONNECT to an upstream that never answers: %q %q", head, body)
+	}
+	if took < 250*time.Millisecond || took > 3*time.Second {
+		t.Fatalf("gave up after %v, want about the 300ms dial timeout", took)
+	}
+	h.ev.waitFor(t, "end", func(e Event) bool {
+		return e.Event == "end" && strings.Contains(e.Reason, "dial failed") && strings.Contains(e.Reason, "no connection within 300ms")
+	})
+}
+
+func TestProxyListenerDefersAccept(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("TCP_DEFER_ACCEPT is a Linux socket option")
+	}
+	l := listen(t)
+	runDoor(t, l, io.Discard)
+	rc, err := l.(syscall.Conn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		var v int
+		var gerr error
+		rc.Control(func(fd uintptr) { v, gerr = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT) })
+		if gerr != nil {
+			t.Fatal(gerr)
+		}
+		if v > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("proxy listener has no TCP_DEFER_ACCEPT")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// A client that takes its time before speaking is still served.
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	time.Sleep(300 * time.Millisecond)
+	io.WriteString(c, "CONNECT bad.a.test:443 HTTP/1.1\r\nHost: bad.a.test:443\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	status, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.HasPrefix(status, "HTTP/1.1 403") {
+		t.Fatalf("slow client: %q %v", status, err)
+	}
+}
+
+func TestConnectClientLeavesBeforeSpeaking(t *testing.T) {
+	checkNoLeaks(t)
+	h := newHarness(t, mustPolicy(t, testPolicy), func(c *Config) {
+		c.AddHosts = map[string][]netip.Addr{"a.test": {netip.MustParseAddr("11.0.0.1")}}
+	})
+	sawEOF := make(chan error, 1)
+	h.route("11.0.0.1", server(t, func(c net.Conn) {
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		var one [1]byte
+		_, err := c.Read(one[:])
+		sawEOF <- err
+	}))
+	c, head, _ := connectVia(t, h.proxy, "a.test:443")
+	if !strings.HasPrefix(head, "HTTP/1.1 200") {
+		t.Fatal(head)
+	}
+	c.(*net.TCPConn).CloseWrite()
+	if err := <-sawEOF; err != io.EOF {
+		t.Fatalf("upstream read %v, want the client's EOF passed on", err)
+	}
+	h.ev.waitFor(t, "end", func(e Event) bool { return e.Event == "end" && e.BytesUp == 0 })
+}
