@@ -327,6 +327,10 @@ type httpForwarder struct {
 	upBR   *bufio.Reader
 	upKey  string
 	upAddr netip.Addr
+	upR    upstreamReader // under upBR
+	// upUsed is set once up has carried a whole exchange: from then on the
+	// server may close it while it waits for the next request.
+	upUsed bool
 
 	// pinned is set on the transparent side: every request on the connection
 	// must name the host it was admitted for, and goes to that host only.
@@ -373,10 +377,17 @@ func (f *httpForwarder) servePinned(ctx context.Context, req *http.Request, br *
 			return false
 		}
 		d.track(up)
-		f.up, f.upBR, f.upKey, f.upAddr = up, bufio.NewReader(up), targetString(j.Host, j.Port), addr
+		f.setUpstream(up, targetString(j.Host, j.Port), addr)
 	}
 	j.Addr = f.upAddr
-	return f.forward(f.pinnedID, j, req, br, start)
+	return f.forwardOrRetry(ctx, f.pinnedID, j, req, br, start)
+}
+
+// setUpstream makes up the connection requests go out on.
+func (f *httpForwarder) setUpstream(up net.Conn, key string, addr netip.Addr) {
+	f.up, f.upKey, f.upAddr, f.upUsed = up, key, addr, false
+	f.upR = upstreamReader{c: up}
+	f.upBR = bufio.NewReaderSize(&f.upR, 16<<10)
 }
 
 func (f *httpForwarder) closeUpstream() {
@@ -385,6 +396,7 @@ func (f *httpForwarder) closeUpstream() {
 		f.up = nil
 		f.upBR = nil
 		f.upKey = ""
+		f.upUsed = false
 	}
 }
 
@@ -470,16 +482,58 @@ func (f *httpForwarder) serve(ctx context.Context, req *http.Request, br *bufio.
 			return false
 		}
 		d.track(up)
-		f.up, f.upBR, f.upKey, f.upAddr = up, bufio.NewReader(up), key, addr
+		f.setUpstream(up, key, addr)
 	}
 	j.Addr = f.upAddr
 	d.emit(d.decisionEvent(id, "http", c.RemoteAddr(), j))
-	return f.forward(id, j, req, br, start)
+	return f.forwardOrRetry(ctx, id, j, req, br, start)
+}
+
+// forwardOrRetry forwards req; if a kept upstream connection turns out to
+// have been closed by the server while idle, it sends a replayable request
+// once more on a new connection to the same judged addresses, as an HTTP
+// client would, instead of answering 502.
+func (f *httpForwarder) forwardOrRetry(ctx context.Context, id uint64, j Judgement, req *http.Request, br *bufio.Reader, start time.Time) bool {
+	keep, retry := f.forward(id, j, req, br, start)
+	if !retry {
+		return keep
+	}
+	up, addr, err := f.d.dialJudged(ctx, j)
+	if err != nil {
+		writeStatus(f.client, 502, "Bad Gateway", fmt.Sprintf("postern door admitted %s but could not connect: %v\n", targetString(j.Host, j.Port), err), true)
+		f.end(id, j, 0, 0, start, "dial failed: "+err.Error())
+		return false
+	}
+	f.d.track(up)
+	f.setUpstream(up, targetString(j.Host, j.Port), addr)
+	j.Addr = addr
+	keep, _ = f.forward(id, j, req, br, start)
+	return keep
+}
+
+// replayable says whether a request may be sent again on a new upstream
+// connection: no body, and a method that is safe to repeat (RFC 9110 9.2.1).
+func replayable(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+	default:
+		return false
+	}
+	return req.Body == nil || req.Body == http.NoBody
+}
+
+// closedWhileIdle says whether err is what a kept upstream connection that
+// the server closed while idle gives: EOF before any byte of a response, or a
+// reset.
+func closedWhileIdle(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // forward sends one judged request to the current upstream and its response
-// back; false means the client connection must close.
-func (f *httpForwarder) forward(id uint64, j Judgement, req *http.Request, br *bufio.Reader, start time.Time) bool {
+// back; keep false means the client connection must close. retry means
+// nothing was answered because the kept upstream connection had been closed
+// by the server, and the request may be sent again on a new one.
+func (f *httpForwarder) forward(id uint64, j Judgement, req *http.Request, br *bufio.Reader, start time.Time) (keep, retry bool) {
 	c := f.client
 	key := f.upKey
 	upgrade := removeHopHeaders(req.Header)
@@ -495,36 +549,64 @@ func (f *httpForwarder) forward(id uint64, j Judgement, req *http.Request, br *b
 
 	upCount := &countWriter{w: f.up}
 	wrote := make(chan error, 1)
-	go func() { wrote <- req.Write(upCount) }()
+	if req.Body == nil || req.Body == http.NoBody {
+		// Nothing to stream: the request goes out in one write before the
+		// response is read.
+		wrote <- req.Write(upCount)
+	} else {
+		// A body is written while the response is read: an upstream may
+		// answer (and stop reading) before the body ends.
+		go func() { wrote <- req.Write(upCount) }()
+	}
 
 	var (
 		resp    *http.Response
 		rerr    error
 		downCnt = &countWriter{w: c}
 	)
-	for {
+	// The response head and whatever of the body has arrived go to the
+	// client in one write; the upstream reader writes out what is buffered
+	// before it waits for more, so nothing is held back.
+	bw := writerPool.Get().(*bufio.Writer)
+	bw.Reset(downCnt)
+	f.upR.flush = bw
+	defer func() {
+		f.upR.flush = nil
+		bw.Reset(nil)
+		writerPool.Put(bw)
+	}()
+	// A kept connection the server has closed gives EOF before any byte.
+	if _, perr := f.upBR.Peek(1); perr != nil {
+		rerr = perr
+	}
+	for rerr == nil {
 		resp, rerr = http.ReadResponse(f.upBR, req)
 		if rerr != nil || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break
 		}
 		// A 1xx interim response (100 Continue): pass it on and read on.
-		fmt.Fprintf(downCnt, "HTTP/1.1 %s\r\n", resp.Status)
-		resp.Header.Write(downCnt)
-		io.WriteString(downCnt, "\r\n")
+		fmt.Fprintf(bw, "HTTP/1.1 %s\r\n", resp.Status)
+		resp.Header.Write(bw)
+		io.WriteString(bw, "\r\n")
+		bw.Flush()
 	}
 	if rerr != nil {
+		kept := f.upUsed
 		f.up.Close()
 		<-wrote
 		f.closeUpstream()
+		if kept && downCnt.n == 0 && replayable(req) && closedWhileIdle(rerr) {
+			return false, true
+		}
 		writeStatus(c, 502, "Bad Gateway", fmt.Sprintf("postern door: upstream %s gave no valid response: %v\n", key, rerr), true)
 		f.end(id, j, upCount.n, downCnt.n, start, "bad upstream response")
-		return false
+		return false, false
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols && upgrade != "" {
 		if werr := <-wrote; werr != nil {
 			f.closeUpstream()
 			f.end(id, j, upCount.n, downCnt.n, start, "request write failed")
-			return false
+			return false, false
 		}
 		to := removeHopHeaders(resp.Header)
 		if to == "" {
@@ -532,18 +614,22 @@ func (f *httpForwarder) forward(id uint64, j Judgement, req *http.Request, br *b
 		}
 		resp.Header.Set("Connection", "Upgrade")
 		resp.Header.Set("Upgrade", to)
-		return f.switchProtocols(id, j, resp, br, upCount.n, downCnt, start)
+		return f.switchProtocols(id, j, resp, br, upCount.n, downCnt, start), false
 	}
 	removeHopHeaders(resp.Header)
-	werr := resp.Write(downCnt)
+	werr := resp.Write(bw)
+	if werr == nil {
+		werr = bw.Flush()
+	}
 	resp.Body.Close()
 	if err := <-wrote; err != nil || werr != nil || resp.Close {
 		f.closeUpstream()
 		f.end(id, j, upCount.n, downCnt.n, start, "closed")
-		return werr == nil && err == nil && !req.Close && !resp.Close
+		return werr == nil && err == nil && !req.Close && !resp.Close, false
 	}
+	f.upUsed = true
 	f.end(id, j, upCount.n, downCnt.n, start, "response complete")
-	return !req.Close
+	return !req.Close, false
 }
 
 // switchProtocols completes a 101 upgrade and relays raw bytes both ways.
@@ -570,6 +656,28 @@ func (f *httpForwarder) switchProtocols(id uint64, j Judgement, resp *http.Respo
 	d.untrack(upc)
 	f.end(id, j, up, down, start, "upgraded connection closed")
 	return false
+}
+
+// writerPool holds the buffers responses are written to clients through.
+var writerPool = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 32<<10) }}
+
+// upstreamReader is what an upstream connection's bufio.Reader reads from.
+// Before each read of the connection, which may wait, it writes out what is
+// buffered for the client: a response that arrived whole goes out in one
+// write, and a streamed one (server-sent events, long polls) is passed on as
+// it comes.
+type upstreamReader struct {
+	c     net.Conn
+	flush *bufio.Writer // nil between responses
+}
+
+func (u *upstreamReader) Read(p []byte) (int, error) {
+	if u.flush != nil && u.flush.Buffered() > 0 {
+		if err := u.flush.Flush(); err != nil {
+			return 0, err
+		}
+	}
+	return u.c.Read(p)
 }
 
 type countWriter struct {

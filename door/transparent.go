@@ -94,8 +94,8 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 		cr := newClientReader(ctx, c)
 		br := readerPool.Get().(*bufio.Reader)
 		br.Reset(io.MultiReader(bytes.NewReader(head), cr))
-		fw := &httpForwarder{d: d, client: c, pinned: &j, pinnedID: id,
-			up: up, upBR: bufio.NewReader(up), upKey: targetString(j.Host, j.Port), upAddr: addr}
+		fw := &httpForwarder{d: d, client: c, pinned: &j, pinnedID: id}
+		fw.setUpstream(up, targetString(j.Host, j.Port), addr)
 		d.serveRequests(ctx, c, br, cr, fw)
 		fw.closeUpstream()
 		putReader(br)
