@@ -1,13 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -53,30 +56,98 @@ accepting and lets open connections drain.`,
 			}
 		}
 		logger := slog.New(slog.NewTextHandler(os.Stderr, nil))
-		var mu sync.Mutex
-		enc := json.NewEncoder(os.Stdout)
+		// Each decision is an event line on stdout; stderr gets the door's
+		// warnings, not a second line per decision.
+		doorLog := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		events := newEventPrinter(os.Stdout)
+		defer events.Close()
 		d, err := door.New(door.Config{
 			Policy:   pol,
 			Resolver: doorFlags.resolver,
 			AddHosts: pins,
 			Run:      doorFlags.run,
-			Logger:   logger,
-			Emit: func(ev door.Event) {
-				mu.Lock()
-				defer mu.Unlock()
-				enc.Encode(ev)
-			},
+			Logger:   doorLog,
+			Emit:     events.Emit,
 		})
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
-		ln, err := net.Listen("tcp", doorFlags.listen)
+		// No TCP keep-alive on client connections: the client is on this
+		// machine or in the run, and the setsockopts cost every accept.
+		lc := net.ListenConfig{KeepAlive: -1}
+		ln, err := lc.Listen(cmd.Context(), "tcp", doorFlags.listen)
 		if err != nil {
 			return fmt.Errorf("listen on %s: %w (pick a free address with --listen, e.g. 127.0.0.1:0)", doorFlags.listen, err)
 		}
 		logger.Info("door listening", "addr", ln.Addr().String(), "policy", pol.Source, "mode", pol.Mode.String())
 		return d.Run(cmd.Context(), door.Listeners{Proxy: ln})
 	},
+}
+
+// eventPrinter writes events as JSON lines on its writer, in order. Emit
+// queues an admitted connection's events; whatever is queued is encoded and
+// written together at most printDelay later, in one write, so a connection
+// neither waits on stdout nor wakes a writer for each event. A denial is
+// written at once (with what was queued before it): it is what a person
+// watching the door looks for, and the client is being refused anyway.
+type eventPrinter struct {
+	w io.Writer
+
+	mu      sync.Mutex
+	pending []door.Event
+	armed   bool // a flush is scheduled
+	closed  bool
+
+	wmu sync.Mutex // one flush at a time, in order
+	out bytes.Buffer
+}
+
+const printDelay = 5 * time.Millisecond
+
+func newEventPrinter(w io.Writer) *eventPrinter { return &eventPrinter{w: w} }
+
+func (p *eventPrinter) Emit(ev door.Event) {
+	p.mu.Lock()
+	p.pending = append(p.pending, ev)
+	arm := !p.armed && !p.closed
+	if arm {
+		p.armed = true
+	}
+	now := p.closed || ev.Decision == "deny"
+	p.mu.Unlock()
+	switch {
+	case now:
+		p.flush()
+	case arm:
+		time.AfterFunc(printDelay, p.flush)
+	}
+}
+
+func (p *eventPrinter) flush() {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.mu.Lock()
+	evs := p.pending
+	p.pending = nil
+	p.armed = false
+	p.mu.Unlock()
+	if len(evs) == 0 {
+		return
+	}
+	p.out.Reset()
+	enc := json.NewEncoder(&p.out)
+	for _, ev := range evs {
+		enc.Encode(ev)
+	}
+	p.w.Write(p.out.Bytes())
+}
+
+// Close writes every event emitted so far; later events are written at once.
+func (p *eventPrinter) Close() {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	p.flush()
 }
 
 func init() {
