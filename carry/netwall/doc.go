@@ -16,15 +16,18 @@
 //     non-loopback address go to the door's transparent listener, loopback
 //     stays open for the run's own servers, other TCP is reset, other UDP
 //     rejected, everything else dropped;
-//   - gives the run fresh /tmp, /run, /dev/shm and /proc (the working
-//     directory and home stay reachable), and makes every other filesystem
+//   - gives the run fresh /tmp, /run, /dev/shm, /proc and /dev/pts (the
+//     working directory and home stay reachable; the host's terminals do
+//     not), and makes every other filesystem
 //     it shares with the host read-only, /proc/sys and /sys included, and
 //     masks every device node but null, zero, full, random, urandom, tty and
 //     ptmx: as root the run's uid is the host's, and a host file, kernel
 //     setting or disk it could write (core_pattern, cron, /dev/vda) would be
 //     a way out;
 //   - starts the command through ExecArg, which drops every capability, locks
-//     the securebits, sets no_new_privs and execs it;
+//     the securebits, sets no_new_privs and execs it, in a session of its own
+//     whose terminal, if it has one, is a pty of the run's relayed to the
+//     caller's;
 //   - reaps, forwards signals, and exits with the command's status, which
 //     ends every other process of the run.
 //

@@ -60,20 +60,32 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 	if m, _, err = ctl.recv(); err != nil || m.Type != msgStart {
 		return exitInitFailed
 	}
-	pid, err := startCommand(cfg)
+	var tty *runTerminal
+	if cfg.TTY {
+		if tty, err = openRunTerminal(); err != nil {
+			_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
+			return exitInitFailed
+		}
+		defer tty.restore()
+	}
+	pid, err := startCommand(cfg, tty)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
 		return exitInitFailed
+	}
+	if tty != nil {
+		tty.relay()
 	}
 	if err := ctl.send(message{Type: msgStarted, Pid: pid}); err != nil {
 		killAll()
 		return exitKilled
 	}
-	return supervise(ctx, ctl, pid, signals)
+	return supervise(ctx, ctl, pid, signals, tty)
 }
 
-// supervise reaps until the command ends, forwarding signals to its group.
-func supervise(ctx context.Context, ctl *channel, pid int, signals <-chan os.Signal) int {
+// supervise reaps until the command ends, forwarding signals to its group;
+// SIGWINCH resizes the run's terminal, tty, if it has one.
+func supervise(ctx context.Context, ctl *channel, pid int, signals <-chan os.Signal, tty *runTerminal) int {
 	status := make(chan syscall.WaitStatus, 1)
 	// The reaper and reader end with the process: Init's return is its exit.
 	go reapAll(pid, status)
@@ -94,12 +106,24 @@ func supervise(ctx context.Context, ctl *channel, pid int, signals <-chan os.Sig
 	for {
 		select {
 		case ws := <-status:
+			if tty != nil {
+				// What the command left behind would hold its terminal open.
+				killAll()
+				tty.drain()
+			}
 			if ws.Signaled() {
 				return 128 + int(ws.Signal())
 			}
 			return ws.ExitStatus()
 		case s := <-signals:
-			if sig, ok := s.(syscall.Signal); ok {
+			sig, ok := s.(syscall.Signal)
+			switch {
+			case !ok:
+			case sig == syscall.SIGWINCH:
+				if tty != nil {
+					tty.resize()
+				}
+			default:
 				_ = unix.Kill(-pid, sig)
 			}
 		case m, ok := <-msgs:
@@ -330,6 +354,9 @@ func privateMounts(cfg initConfig) error {
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount a fresh /proc: %w", err)
 	}
+	if err := ownTerminals(); err != nil {
+		return err
+	}
 	if err := sealHost(writableDirs(cfg)); err != nil {
 		return fmt.Errorf("make the host read-only: %w", err)
 	}
@@ -398,20 +425,21 @@ func resolvConfUnder() (string, []byte) {
 }
 
 // startCommand starts the ExecArg stage, which drops every privilege and
-// execs the command, in its own process group (or session, with a terminal).
-func startCommand(cfg initConfig) (int, error) {
+// execs the command, in a session of its own: with tty, the run's terminal is
+// its controlling terminal; without, it has none. (In the caller's session
+// its /dev/tty would be the caller's terminal, where TIOCSTI types into the
+// shell that started postern.)
+func startCommand(cfg initConfig, tty *runTerminal) (int, error) {
 	attr := &syscall.ProcAttr{
 		Dir:   cfg.Dir,
 		Env:   cfg.Env,
 		Files: []uintptr{0, 1, 2},
-		Sys:   &syscall.SysProcAttr{},
+		Sys:   &syscall.SysProcAttr{Setsid: true},
 	}
-	if cfg.TTY {
-		attr.Sys.Setsid = true
+	if tty != nil {
+		attr.Files = tty.stdio()
 		attr.Sys.Setctty = true
 		attr.Sys.Ctty = 0
-	} else {
-		attr.Sys.Setpgid = true
 	}
 	argv := append([]string{os.Args[0], ExecArg}, cfg.Command...)
 	pid, err := syscall.ForkExec("/proc/self/exe", argv, attr)

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 		switch os.Args[1] {
 		case InitArg:
 			sigs := make(chan os.Signal, 8)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
 			os.Exit(Init(context.Background(), sigs))
 		case ExecArg:
 			err := ExecDropped(os.Args[2:])

@@ -35,8 +35,11 @@ type Spec struct {
 	// Stdin, Stdout and Stderr are given to the command as they are; nil means
 	// /dev/null.
 	Stdin, Stdout, Stderr *os.File
-	// TTY says Stdin is a terminal (a pty slave) that becomes the command's
-	// controlling terminal in a new session.
+	// TTY says Stdin is a terminal (a pty slave). The command gets a terminal
+	// of the run's own instead, in a new session, with its modes and size
+	// (kept in step on resize), and the init relays between the two: keys
+	// such as Ctrl-C act inside the run. Without TTY the command has no
+	// controlling terminal.
 	TTY    bool
 	Logger *slog.Logger
 }
@@ -48,7 +51,7 @@ const (
 	StepRoute    = "route"    // default routes via lo
 	StepListen   = "listen"   // the door's listeners inside the namespace
 	StepNftables = "nftables" // the wall's nftables table
-	StepMount    = "mount"    // private /tmp, /run, /dev/shm and a fresh /proc
+	StepMount    = "mount"    // private /tmp, /run, /dev/shm, /dev/pts and a fresh /proc
 )
 
 // KernelError is a step of raising the wall that the kernel refused, with what

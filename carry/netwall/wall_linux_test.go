@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -484,6 +485,108 @@ func TestWall(t *testing.T) {
 			t.Fatalf("pty master read %q, want on-ctty", got)
 		}
 	})
+
+	t.Run("terminal-name-size-resize-and-ctrl-c", func(t *testing.T) {
+		master, slave := openPTY(t)
+		if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 33, Col: 101}); err != nil {
+			t.Fatal(err)
+		}
+		script := `tty; stty size; ls -A /dev/pts | tr '\n' ' '; echo; echo READY; i=0; ` +
+			`while [ "$(stty size)" != "40 120" ] && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done; ` +
+			`echo "now $(stty size)"; echo RESIZED; sleep 20; echo NOT-INTERRUPTED`
+		var (
+			mu  sync.Mutex
+			buf strings.Builder
+		)
+		saw := func(s string) bool { mu.Lock(); defer mu.Unlock(); return strings.Contains(buf.String(), s) }
+		go func() {
+			b := make([]byte, 1024)
+			master.SetReadDeadline(time.Now().Add(30 * time.Second))
+			for {
+				n, err := master.Read(b)
+				mu.Lock()
+				buf.Write(b[:n])
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		}()
+		spec := Spec{Command: []string{"sh", "-c", script}, Stdin: slave, Stdout: slave, Stderr: slave, TTY: true}
+		r := runSpec(t, spec, func(w *Wall) {
+			for _, step := range []struct {
+				want string
+				do   func()
+			}{
+				{"READY", func() {
+					_ = unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 40, Col: 120})
+				}},
+				{"RESIZED", func() { master.Write([]byte{0x03}) }},
+			} {
+				if !eventually(10*time.Second, func() bool { return saw(step.want) }) {
+					t.Errorf("the run never printed %s", step.want)
+					_ = w.Signal(syscall.SIGKILL)
+					return
+				}
+				step.do()
+			}
+		})
+		// The init passed all output on before it ended; this reader may lag.
+		eventually(2*time.Second, func() bool { return saw("RESIZED") })
+		mu.Lock()
+		out := buf.String()
+		mu.Unlock()
+		t.Logf("terminal:\n%s", out)
+		// The run's terminal is its own, named in its own /dev/pts (pty 0 of
+		// an instance holding nothing else), with the caller's size.
+		for _, want := range []string{"/dev/pts/0\r\n33 101\r\n0 ptmx \r\n", "now 40 120"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("terminal output lacks %q", want)
+			}
+		}
+		if r.code != 128+2 || strings.Contains(out, "NOT-INTERRUPTED") {
+			t.Errorf("Ctrl-C typed on the caller's terminal: exit %d, want %d", r.code, 128+2)
+		}
+	})
+
+	t.Run("host-terminals-unreachable", func(t *testing.T) {
+		// A terminal of the host's, as an operator's would be: as root the
+		// run's uid owns it. The run must not see it, while ptys of its own work.
+		master, _ := openPTY(t)
+		n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hostPTY := fmt.Sprintf("/dev/pts/%d", n)
+		script := fmt.Sprintf(`echo "pts: $(ls -A /dev/pts | tr '\n' ' ')"; `+
+			`if (exec 3<>%[1]s) 2>/dev/null; then echo OPENED-HOST-PTY; fi; `+
+			`if (exec 3>/dev/tty) 2>/dev/null; then echo HAS-A-CONTROLLING-TERMINAL; fi; `+
+			`script -qec tty /dev/null </dev/null; echo "script rc=$?"`, hostPTY)
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", script}, Stdin: nil}, nil)
+		if !strings.Contains(r.stdout, "pts: ptmx \n") {
+			t.Errorf("the run's /dev/pts holds more than its ptmx: %q", r.stdout)
+		}
+		for _, bad := range []string{"OPENED-HOST-PTY", "HAS-A-CONTROLLING-TERMINAL"} {
+			if strings.Contains(r.stdout, bad) {
+				t.Errorf("inside the wall: %s (host pty %s)", bad, hostPTY)
+			}
+		}
+		if !regexp.MustCompile(`(?m)^/dev/pts/0\r?$`).MatchString(r.stdout) || !strings.Contains(r.stdout, "script rc=0") {
+			t.Errorf("script(1) inside the wall did not get a terminal of the run's own: %q, stderr %q", r.stdout, r.stderr)
+		}
+	})
+}
+
+// eventually polls cond every 20ms until it holds or d has passed.
+func eventually(d time.Duration, cond func() bool) bool {
+	for end := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
 }
 
 // processesIn lists host pids whose namespace of kind (pid, net) is ns.

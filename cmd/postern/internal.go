@@ -34,7 +34,8 @@ func init() {
 	rootCmd.AddCommand(
 		hidden(netwall.InitArg, func(cmd *cobra.Command, args []string) error {
 			sigs := make(chan os.Signal, 8)
-			signal.Notify(sigs, forwardedSignals...)
+			// SIGWINCH: the init resizes the run's terminal.
+			signal.Notify(sigs, append(forwardedSignals, syscall.SIGWINCH)...)
 			// SIGINT and SIGTERM are the run's to handle: the init passes
 			// them on instead of stopping.
 			code := netwall.Init(context.WithoutCancel(cmd.Context()), sigs)

@@ -1300,3 +1300,139 @@ func TestWallRunsLeaveNothingBehind(t *testing.T) {
 		t.Errorf("%d runs recorded, want %d", len(rs), n+1)
 	}
 }
+
+// TestWallHostTerminalsAreUnreachable: as root the run's uid is the host's
+// root, owner of the host's terminals (/dev/pts/N, mode 620). An operator's
+// terminal, here a pty of the test's with a line typed and not yet read, must
+// be out of the run's reach, by its name and as /dev/tty, while the run still
+// gets terminals of its own.
+func TestWallHostTerminalsAreUnreachable(t *testing.T) {
+	testhosts.RequireRoot(t)
+	t.Parallel()
+	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
+	master, slave, n := hostPTY(t)
+	const typed = "typed-by-the-operator"
+	if _, err := master.Write([]byte(typed + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	hostName := "/dev/pts/" + strconv.Itoa(n)
+	var st unix.Stat_t
+	if err := unix.Stat(hostName, &st); err != nil {
+		t.Fatal(err)
+	}
+	hostID := fmt.Sprintf("%d:%d", st.Dev, st.Ino)
+	probes := step("list", "ls -A /dev/pts") +
+		step("read", "timeout 2 head -c 64 "+hostName+" </dev/null") +
+		step("write", "(: >"+hostName+")") +
+		step("same", "stat -L -c '%d:%i' "+hostName) +
+		step("devtty", "(: </dev/tty)") +
+		step("script", "script -qec tty /dev/null </dev/null") +
+		step("tty", "tty")
+
+	t.Run("PipedRunInTheOperatorsSession", func(t *testing.T) {
+		// 'echo prompt | postern run ...' typed in the operator's terminal:
+		// postern's controlling terminal is that pty, its stdin is not.
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		cmd := p.command(ctx, "run", "--", "sh", "-c", probes)
+		cmd.Args = append([]string{"sh", "-c", `exec "$0" "$@" </dev/null`}, cmd.Args...)
+		cmd.Path = "/bin/sh"
+		ctty, err := os.OpenFile(hostName, os.O_RDWR|unix.O_NOCTTY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ctty.Close()
+		var o, e bytes.Buffer
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = ctty, &o, &e
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+		if err := cmd.Run(); err != nil {
+			t.Fatalf("postern run in the operator's session: %v\n%s\n%s", err, o.String(), e.String())
+		}
+		out := sections(o.String())
+		t.Logf("host pty %s; inside:\n%s", hostName, o.String())
+		if got := strings.Fields(out["list"]); !slices.Equal(got, []string{"ptmx", "rc=0"}) {
+			t.Errorf("the run's /dev/pts lists %q, want only its ptmx", got)
+		}
+		if o := out["same"]; strings.Contains(o, hostID) {
+			t.Errorf("%s inside the run is the host's terminal (%s):\n%s", hostName, hostID, o)
+		}
+		for _, st := range []string{"read", "write", "devtty"} {
+			if o, ok := out[st]; !ok || rc(t, o) == 0 || strings.Contains(o, typed) {
+				t.Errorf("%s: the run reached the operator's terminal %s:\n%s", st, hostName, o)
+			}
+		}
+		if o := out["script"]; rc(t, o) != 0 || !regexp.MustCompile(`(?m)^/dev/pts/\d+\r?$`).MatchString(o) {
+			t.Errorf("script(1) inside the wall got no terminal:\n%s", o)
+		}
+	})
+
+	t.Run("InteractiveRun", func(t *testing.T) {
+		out, code := p.inTerminal(t, 24, 80, strings.ReplaceAll(probes, "\n", "; "), nil)
+		t.Logf("host pty %s; inside:\n%s", hostName, out)
+		out = strings.ReplaceAll(out, "\r", "")
+		secs := sections(out)
+		if code != 0 {
+			t.Fatalf("exit %d", code)
+		}
+		// Its own terminal is pty 0 of its own instance; script's is the next.
+		if got := strings.Fields(secs["list"]); !slices.Equal(got, []string{"0", "ptmx", "rc=0"}) {
+			t.Errorf("the run's /dev/pts lists %q, want its own terminal and ptmx", got)
+		}
+		for _, st := range []string{"read", "write"} {
+			if o, ok := secs[st]; !ok || rc(t, o) == 0 || strings.Contains(o, typed) {
+				t.Errorf("%s: the run reached the operator's terminal %s:\n%s", st, hostName, o)
+			}
+		}
+		if o := secs["same"]; strings.Contains(o, hostID) {
+			t.Errorf("%s inside the run is the host's terminal (%s):\n%s", hostName, hostID, o)
+		}
+		if o := secs["devtty"]; rc(t, o) != 0 {
+			t.Errorf("the interactive run has no /dev/tty:\n%s", o)
+		}
+		if o := secs["script"]; !strings.Contains(o, "/dev/pts/1\n") || rc(t, o) != 0 {
+			t.Errorf("script(1) inside the interactive run:\n%s", o)
+		}
+		if o := secs["tty"]; !strings.HasPrefix(strings.TrimSpace(o), "/dev/pts/0\n") || rc(t, o) != 0 {
+			t.Errorf("tty(1) in the interactive run does not name its terminal:\n%s", o)
+		}
+	})
+
+	// The operator's line is still there for the operator.
+	if err := slave.SetReadDeadline(time.Now().Add(2 * time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 64)
+	k, err := slave.Read(b)
+	if err != nil || string(b[:k]) != typed+"\n" {
+		t.Errorf("the operator's terminal then reads %q, %v; want the line typed before the runs", b[:k], err)
+	}
+}
+
+// hostPTY opens a pseudo-terminal in the host's /dev/pts: its master, its
+// slave (non-blocking, so reads take deadlines) and its number, at least 4,
+// which a run's own first terminals do not share.
+func hostPTY(t *testing.T) (master, slave *os.File, n int) {
+	t.Helper()
+	for n < 4 {
+		mfd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			t.Fatalf("open /dev/ptmx: %v", err)
+		}
+		m := os.NewFile(uintptr(mfd), "ptmx")
+		t.Cleanup(func() { m.Close() })
+		if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
+			t.Fatal(err)
+		}
+		if n, err = unix.IoctlGetInt(mfd, unix.TIOCGPTN); err != nil {
+			t.Fatal(err)
+		}
+		master = m
+	}
+	sfd, err := unix.Open("/dev/pts/"+strconv.Itoa(n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatalf("open /dev/pts/%d: %v", n, err)
+	}
+	slave = os.NewFile(uintptr(sfd), "pts")
+	t.Cleanup(func() { slave.Close() })
+	return master, slave, n
+}
