@@ -3,9 +3,11 @@ package netwall
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -58,6 +60,9 @@ func ExecDropped(argv []string) error {
 	if err := applyLandlock(); err != nil {
 		return err
 	}
+	if err := closeInherited(); err != nil {
+		return err
+	}
 	err := syscall.Exec(path, argv, os.Environ())
 	if errors.Is(err, syscall.ENOENT) {
 		return fmt.Errorf("%w: %s", ErrCommandNotFound, path)
@@ -95,6 +100,36 @@ func dropPrivileges() error {
 	}
 	if got != none {
 		return fmt.Errorf("capabilities remain after dropping them: %+v", got)
+	}
+	return nil
+}
+
+// closeInherited marks every descriptor above 2 close-on-exec: the command gets
+// its stdin, stdout and stderr, nothing else. A descriptor postern's caller
+// left open would otherwise reach it through the init, and one of a host
+// directory opens that directory's mount as the host has it, writable,
+// past the run's read-only view.
+func closeInherited() error {
+	err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("close inherited descriptors: %w", err)
+	}
+	// Before Linux 5.11.
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("close inherited descriptors: %w", err)
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd < 3 {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return fmt.Errorf("close inherited descriptor %d: %w", fd, err)
+		}
 	}
 	return nil
 }

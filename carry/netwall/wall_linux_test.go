@@ -549,6 +549,30 @@ func TestWall(t *testing.T) {
 		}
 	})
 
+	t.Run("only-stdio-is-inherited", func(t *testing.T) {
+		// A descriptor the caller left open without close-on-exec, here of a
+		// host directory: its mount is the host's, writable past the seal.
+		dir := t.TempDir()
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const leaked = 77
+		if err := unix.Dup3(fd, leaked, 0); err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+		defer unix.Close(leaked)
+		r := runWalled(t, nil, "sh", "-c", fmt.Sprintf(`ls /proc/$$/fd | tr '\n' ' '; echo; `+
+			`if touch /proc/$$/fd/%d/planted 2>/dev/null; then echo PLANTED; fi`, leaked))
+		if r.stdout != "0 1 2" {
+			t.Errorf("the command's descriptors: %q, want 0 1 2", r.stdout)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "planted")); err == nil {
+			t.Errorf("the run wrote into %s through an inherited descriptor", dir)
+		}
+	})
+
 	t.Run("host-terminals-unreachable", func(t *testing.T) {
 		// A terminal of the host's, as an operator's would be: as root the
 		// run's uid owns it. The run must not see it, while ptys of its own work.
