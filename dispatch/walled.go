@@ -79,16 +79,12 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	if w.Landlock {
 		w.Env = append(w.Env[:len(w.Env):len(w.Env)], netwall.LandlockConnectEnv(w.Policy.Ports))
 	}
-	stdin, stdout, stderr := w.Stdin, w.Stdout, w.Stderr
-	var tty *terminal
-	if isTerminal(stdin) {
-		t, err := openTerminal(stdin, stdout)
-		if err != nil {
-			return 0, err
-		}
-		tty = t
+	stdin, stdout, stderr, tty, err := runTerminal(w.Stdin, w.Stdout, w.Stderr)
+	if err != nil {
+		return 0, err
+	}
+	if tty != nil {
 		defer tty.close()
-		stdin, stdout, stderr = t.slave, t.slave, t.slave
 	}
 	wall, err := netwall.Raise(ctx, netwall.Spec{
 		Command: w.Command,
@@ -98,7 +94,7 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		Stdin:   stdin,
 		Stdout:  stdout,
 		Stderr:  stderr,
-		TTY:     tty != nil,
+		TTY:     tty != nil && tty.keys != nil,
 		Logger:  w.Logger,
 	})
 	if err != nil {
@@ -157,6 +153,46 @@ func withDoor(ctx context.Context, ls door.Listeners, cfg door.Config, body func
 		err = fmt.Errorf("the door did not stop within %s", teardownTimeout)
 	}
 	return code, runErr, err
+}
+
+// runTerminal decides the run's streams. Every stream that is one of the person's
+// terminals is replaced by the run's own pseudo-terminal, never handed in: through
+// a terminal passed as stdout the run could change the person's terminal (stty
+// -echo) or, where the descriptor is readable, read the keys they type. A stream
+// that is a file or a pipe stays one, so 'postern run -- make > log' keeps stderr
+// on the screen. The run's terminal copies output to the person's; with stdin a
+// terminal it also takes keys and is the run's controlling terminal.
+func runTerminal(stdin, stdout, stderr *os.File) (in, out, errOut *os.File, tty *terminal, err error) {
+	in, out, errOut = stdin, stdout, stderr
+	inTTY, outTTY, errTTY := isTerminal(stdin), isTerminal(stdout), isTerminal(stderr)
+	if !inTTY && !outTTY && !errTTY {
+		return in, out, errOut, nil, nil
+	}
+	var keys *os.File
+	if inTTY {
+		keys = stdin
+	}
+	screen := stdin
+	switch {
+	case outTTY:
+		screen = stdout
+	case errTTY:
+		screen = stderr
+	}
+	tty, err = openTerminal(keys, screen)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	if inTTY {
+		in = tty.slave
+	}
+	if outTTY {
+		out = tty.slave
+	}
+	if errTTY {
+		errOut = tty.slave
+	}
+	return in, out, errOut, tty, nil
 }
 
 // walledCommand is a command behind a wall: a *netwall.Wall, or a

@@ -1141,10 +1141,12 @@ func TestWallInteractiveRunGetsATerminal(t *testing.T) {
 	})
 	t.Run("CtrlCInterrupts", func(t *testing.T) {
 		start := time.Now()
-		out, code := p.inTerminal(t, 24, 80, "echo READY; sleep 100; echo NOT-INTERRUPTED", func(m *os.File) {
+		// exec: a Ctrl-C between READY and sleep's start would otherwise reach a
+		// shell that holds it until its child ends, and sleep would never see it.
+		out, code := p.inTerminal(t, 24, 80, "echo READY; exec sleep 100", func(m *os.File) {
 			m.Write([]byte{0x03})
 		})
-		if code != 128+int(syscall.SIGINT) || strings.Contains(out, "NOT-INTERRUPTED") {
+		if code != 128+int(syscall.SIGINT) {
 			t.Errorf("Ctrl-C: exit %d, want %d:\n%q", code, 128+int(syscall.SIGINT), out)
 		}
 		if d := time.Since(start); d > 20*time.Second {
@@ -1435,4 +1437,70 @@ func hostPTY(t *testing.T) (master, slave *os.File, n int) {
 	slave = os.NewFile(uintptr(sfd), "pts")
 	t.Cleanup(func() { slave.Close() })
 	return master, slave, n
+}
+
+// A terminal handed to postern as stdout only (stdin a pipe) is not handed to
+// the run: a terminal descriptor can be read from, and the run would get the keys
+// the person types. The run writes to a terminal of its own, copied to the
+// person's.
+func TestWallStdoutTerminalIsNotReadable(t *testing.T) {
+	testhosts.RequireRoot(t)
+	t.Parallel()
+	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer master.Close()
+	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Keys the person typed, waiting on their terminal.
+	if _, err := master.Write([]byte("SECRET-KEYS\n")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := p.command(ctx, "run", "--", "sh", "-c",
+		`test -t 1 && echo OUT-IS-TTY; stty -echo raw <&1; got=$(timeout 2 head -c 11 <&1); echo "READ[$got]"`)
+	cmd.Stdin = strings.NewReader("")
+	cmd.Stdout, cmd.Stderr = slave, slave
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	slave.Close()
+	var buf bytes.Buffer
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		_, _ = io.Copy(&buf, master) // ends with EIO when every slave closes
+	}()
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("postern run: %v", err)
+	}
+	// The person's own keys are still theirs to read: drain what is left.
+	_ = master.SetReadDeadline(time.Now().Add(time.Second))
+	<-readDone
+	out := buf.String()
+	if !strings.Contains(out, "OUT-IS-TTY") {
+		t.Errorf("the run's stdout is not a terminal:\n%q", out)
+	}
+	if !strings.Contains(out, "READ[]") || strings.Contains(out, "READ[SECRET") {
+		t.Errorf("the run read the person's keys from its stdout:\n%q", out)
+	}
+	tio, err := unix.IoctlGetTermios(int(master.Fd()), unix.TCGETS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tio.Lflag&unix.ECHO == 0 || tio.Lflag&unix.ICANON == 0 {
+		t.Errorf("the run changed the person's terminal (lflag %#x): echo or canonical mode is off", tio.Lflag)
+	}
 }
