@@ -147,28 +147,40 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 	steady := func(l net.Listener, what string) net.Listener {
 		return &steadyListener{Listener: l, what: what, log: d.log, stop: stop}
 	}
+	// A goroutine that accepts a connection serves it itself, after starting
+	// the next acceptor: the connection goes on without waiting for a new
+	// goroutine to be scheduled, which on a busy machine is a wakeup on
+	// another core. serveWG counts acceptors, connWG connections; a goroutine
+	// moves from one to the other once it has a connection, and the next
+	// acceptor is counted before it leaves serveWG, so serveWG reaches zero
+	// only when accepting has stopped.
 	accept := func(l net.Listener, what string, handle func(context.Context, net.Conn)) {
 		l = steady(l, what)
-		serveWG.Go(func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					fail(fmt.Errorf("accept on %s listener %s: %w", what, l.Addr(), err))
-					stopAll()
+		var acceptor func()
+		acceptor = func() {
+			c, err := l.Accept()
+			if err != nil {
+				defer serveWG.Done()
+				select {
+				case <-stop:
 					return
+				default:
 				}
-				d.track(c)
-				connWG.Go(func() {
-					defer d.untrack(c)
-					handle(ctx, c)
-				})
+				fail(fmt.Errorf("accept on %s listener %s: %w", what, l.Addr(), err))
+				stopAll()
+				return
 			}
-		})
+			d.track(c)
+			connWG.Add(1)
+			defer connWG.Done()
+			serveWG.Add(1)
+			go acceptor()
+			serveWG.Done()
+			defer d.untrack(c)
+			handle(ctx, c)
+		}
+		serveWG.Add(1)
+		go acceptor()
 	}
 	if ls.Proxy != nil {
 		deferAccept(ls.Proxy)
