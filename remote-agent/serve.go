@@ -30,6 +30,11 @@ const (
 // and SIGKILL. With HeartbeatTimeout it keeps teardown within 5 seconds.
 const lostKillGrace = time.Second
 
+// drainQuiet is how long the run's last output is waited for once every
+// process of the run is gone: what is left is already in a pipe or the
+// terminal, and arrives sooner than this.
+const drainQuiet = 250 * time.Millisecond
+
 // RunIO is what a run handler gets: the run's streams, the signals and terminal
 // sizes the controller sends, and where events go.
 type RunIO struct {
@@ -305,21 +310,39 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 	s.winsize = streams.resize
 	s.start(streams.stdinW)
 
+	// The copies read until the run's ends are closed. Once the run is over,
+	// ended is closed and they read only what is already there: a read that
+	// finds nothing for drainQuiet ends the copy, since something outside the
+	// run (a reader blocked on the terminal's other side) may keep a write end
+	// open.
 	var copies sync.WaitGroup
+	ended := make(chan struct{})
 	pump := func(src *os.File, t FrameType) {
 		defer copies.Done()
 		buf := make([]byte, 32<<10)
 		for {
 			n, err := src.Read(buf)
 			if n > 0 {
-				if s.w.Write(t, buf[:n]) != nil {
-					// The controller is gone; keep draining so the run never
-					// blocks on a full pipe while it is being killed.
+				// Once the controller is gone writes fail; reading goes on so
+				// the run never blocks on a full pipe while it is being killed.
+				_ = s.w.Write(t, buf[:n])
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				select {
+				case <-ended:
+				default:
 					continue
 				}
-			}
-			if err != nil {
+				if n == 0 {
+					return
+				}
+			} else if err != nil {
 				return
+			}
+			select {
+			case <-ended:
+				_ = src.SetReadDeadline(time.Now().Add(drainQuiet))
+			default:
 			}
 		}
 	}
@@ -338,6 +361,12 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 	// Every process of the run is gone: close the write ends so the copies
 	// drain what is left and end.
 	streams.closeWriters()
+	close(ended)
+	if ctx.Err() != nil {
+		streams.stopReading() // the controller is gone: no one wants the rest
+	} else {
+		streams.readDeadline(time.Now().Add(drainQuiet))
+	}
 	copies.Wait()
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		return fmt.Errorf("run %s ended: %w", req.ID, cause)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,24 +19,28 @@ type runStreams struct {
 	readers                  []*os.File
 	types                    []FrameType
 	master                   *os.File // terminal only
+	mfd                      int      // master's descriptor, for ioctls
 	all                      []*os.File
 }
 
 func newRunStreams(req RunRequest) (*runStreams, error) {
 	s := &runStreams{}
 	if req.TTY {
-		master, slave, err := openPTY()
+		master, mfd, slave, err := openPTY()
 		if err != nil {
 			return nil, err
 		}
 		s.all = append(s.all, master, slave)
-		stdinW, err := dupFile(master, "pty-input")
+		// The same open file as master, so also non-blocking: writes of keys
+		// take deadlines too and never hold the descriptor past close.
+		fd, err := unix.FcntlInt(uintptr(mfd), unix.F_DUPFD_CLOEXEC, 0)
 		if err != nil {
 			s.close()
-			return nil, err
+			return nil, fmt.Errorf("dup the run's terminal: %w", err)
 		}
+		stdinW := os.NewFile(uintptr(fd), "pty-input")
 		s.all = append(s.all, stdinW)
-		s.master = master
+		s.master, s.mfd = master, mfd
 		s.stdinR, s.stdoutW, s.stderrW, s.stdinW = slave, slave, slave, stdinW
 		s.readers, s.types = []*os.File{master}, []FrameType{FrameStdout}
 		s.resize(req.Rows, req.Cols)
@@ -58,12 +63,13 @@ func newRunStreams(req RunRequest) (*runStreams, error) {
 	return s, nil
 }
 
-// resize sets the run's terminal size; it does nothing without a terminal.
+// resize sets the run's terminal size; it does nothing without a terminal. The
+// kernel tells the terminal's session (the wall's init) with SIGWINCH.
 func (s *runStreams) resize(rows, cols uint16) {
 	if s.master == nil || rows == 0 || cols == 0 {
 		return
 	}
-	_ = unix.IoctlSetWinsize(int(s.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
+	_ = unix.IoctlSetWinsize(s.mfd, unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols})
 }
 
 // closeWriters closes the run's ends once the run is over, so the copies see the
@@ -74,38 +80,46 @@ func (s *runStreams) closeWriters() {
 	}
 }
 
+// stopReading makes the copies' reads return now. The readers are pollable
+// (pipes, and the terminal's master opened non-blocking), so a deadline wakes a
+// read that would otherwise wait for a writer that never closes.
+func (s *runStreams) stopReading() { s.readDeadline(time.Now()) }
+
+// readDeadline bounds the copies' reads.
+func (s *runStreams) readDeadline(t time.Time) {
+	for _, f := range s.readers {
+		_ = f.SetReadDeadline(t)
+	}
+}
+
 func (s *runStreams) close() {
 	for _, f := range s.all {
 		f.Close()
 	}
 }
 
-func dupFile(f *os.File, name string) (*os.File, error) {
-	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+// openPTY opens a pseudo-terminal. The master is non-blocking and its
+// descriptor is returned for ioctls: calling Fd on it would make it blocking,
+// and a blocked read of a blocking descriptor keeps it open past Close.
+func openPTY() (master *os.File, mfd int, slave *os.File, err error) {
+	mfd, err = unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if err != nil {
-		return nil, fmt.Errorf("dup %s: %w", name, err)
+		return nil, 0, nil, fmt.Errorf("open a pseudo-terminal for the run: %w", err)
 	}
-	return os.NewFile(uintptr(fd), name), nil
-}
-
-func openPTY() (master, slave *os.File, err error) {
-	master, err = os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("open a pseudo-terminal for the run: %w", err)
-	}
-	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+	master = os.NewFile(uintptr(mfd), "pty-master")
+	if err := unix.IoctlSetPointerInt(mfd, unix.TIOCSPTLCK, 0); err != nil {
 		master.Close()
-		return nil, nil, fmt.Errorf("unlock pseudo-terminal: %w", err)
+		return nil, 0, nil, fmt.Errorf("unlock pseudo-terminal: %w", err)
 	}
-	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
+	n, err := unix.IoctlGetInt(mfd, unix.TIOCGPTN)
 	if err != nil {
 		master.Close()
-		return nil, nil, fmt.Errorf("name pseudo-terminal: %w", err)
+		return nil, 0, nil, fmt.Errorf("name pseudo-terminal: %w", err)
 	}
 	slave, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
 	if err != nil {
 		master.Close()
-		return nil, nil, errors.Join(fmt.Errorf("open pseudo-terminal /dev/pts/%d", n), err)
+		return nil, 0, nil, errors.Join(fmt.Errorf("open pseudo-terminal /dev/pts/%d", n), err)
 	}
-	return master, slave, nil
+	return master, mfd, slave, nil
 }
