@@ -67,6 +67,22 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 	return sc, c, p, nil
 }
 
+// agentExitWait bounds how long a finished request waits for the agent to end.
+const agentExitWait = 2 * time.Second
+
+// awaitAgent ends the agent's input and waits, briefly, for it to exit once it
+// has answered: when postern returns, nothing of the request is left running on
+// the remote (and its executable can be replaced at once).
+func awaitAgent(p agent.Process) {
+	_ = p.Stdin().Close()
+	done := make(chan struct{})
+	go func() { _ = p.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(agentExitWait):
+	}
+}
+
 // uploadProgress prints an upload's progress on one terminal line.
 func uploadProgress(w io.Writer, name string) func(done, total int64) {
 	last := time.Time{}
@@ -120,6 +136,7 @@ func ProbeRemote(ctx context.Context, m machine.Machine, r Remote) (*probe.Recor
 	if err != nil {
 		return nil, fmt.Errorf("machine %s: %w", m.Name, err)
 	}
+	awaitAgent(p)
 	rec.Name = m.Name
 	return rec, nil
 }
@@ -181,7 +198,10 @@ func runRemote(ctx context.Context, store *records.Store, run *records.Run, spec
 		cio.Stdin = spec.Stdin
 	}
 	var tty *localTerminal
-	if isTerminal(spec.Stdin) {
+	// A terminal for the run when the person is at one (keys in, output out),
+	// as ssh would; with output to a file or pipe, plain streams keep stdout and
+	// stderr apart and free of terminal line endings.
+	if isTerminal(spec.Stdin) && isTerminal(spec.Stdout) {
 		tty = &localTerminal{f: spec.Stdin}
 		req.TTY = true
 		req.Rows, req.Cols, _ = tty.size()
@@ -201,6 +221,9 @@ func runRemote(ctx context.Context, store *records.Store, run *records.Run, spec
 	exit, runErr := c.Run(ctx, req, cio)
 	if tty != nil {
 		tty.restore()
+	}
+	if runErr == nil {
+		awaitAgent(p)
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
@@ -304,7 +327,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		Run: req.ID, Machine: req.Machine, Lane: req.Lane,
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
-		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr,
+		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,
 		Signals: rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
 		OnStart:  func() { rio.OnStart(netwall.LandlockStatus(pol.Ports)) },
 		Landlock: true,

@@ -36,6 +36,11 @@ type Walled struct {
 	// Stdin, Stdout and Stderr are the run's streams; a terminal on Stdin gets the
 	// run its own pseudo-terminal with Stdin's size.
 	Stdin, Stdout, Stderr *os.File
+	// OwnTerminal says the streams are one pseudo-terminal opened for this run
+	// alone (the remote agent's), not the person's: the wall takes it as it is,
+	// with no second pseudo-terminal between, and its resizes reach the wall
+	// directly.
+	OwnTerminal bool
 	// Signals are forwarded to the run; SIGWINCH resizes its terminal.
 	Signals <-chan os.Signal
 	// Emit receives every event of the door. It must not block for long.
@@ -79,9 +84,14 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	if w.Landlock {
 		w.Env = append(w.Env[:len(w.Env):len(w.Env)], netwall.LandlockConnectEnv(w.Policy.Ports))
 	}
-	stdin, stdout, stderr, tty, err := runTerminal(w.Stdin, w.Stdout, w.Stderr)
-	if err != nil {
-		return 0, err
+	stdin, stdout, stderr := w.Stdin, w.Stdout, w.Stderr
+	var tty *terminal
+	ownTTY := w.OwnTerminal && isTerminal(stdin)
+	if !ownTTY {
+		var err error
+		if stdin, stdout, stderr, tty, err = runTerminal(w.Stdin, w.Stdout, w.Stderr); err != nil {
+			return 0, err
+		}
 	}
 	if tty != nil {
 		defer tty.close()
@@ -94,7 +104,7 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		Stdin:   stdin,
 		Stdout:  stdout,
 		Stderr:  stderr,
-		TTY:     tty != nil && tty.keys != nil,
+		TTY:     ownTTY || (tty != nil && tty.keys != nil),
 		Logger:  w.Logger,
 	})
 	if err != nil {
