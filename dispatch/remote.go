@@ -231,7 +231,7 @@ func runRemote(ctx context.Context, store *records.Store, run *records.Run, spec
 	run.Allowed, run.Denied, run.WouldDeny = evlog.Counts()
 	if runErr != nil {
 		if errors.Is(runErr, agent.ErrLost) {
-			return 0, fmt.Errorf("%w: machine %s: %v; the agent there kills the run and tears its wall down by itself", ErrRunLost, m.Name, runErr)
+			return 0, fmt.Errorf("%w: %s on machine %q: the connection to its agent dropped (%v); the agent there kills the run and tears its wall down by itself within 5s; the record: 'postern runs show %s'", ErrRunLost, run.ID, m.Name, runErr, run.ID)
 		}
 		return 0, runErr
 	}

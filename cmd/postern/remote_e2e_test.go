@@ -204,6 +204,11 @@ LogLevel ERROR
 	waited := make(chan struct{})
 	go func() { s.cmd.Wait(); close(waited) }()
 	t.Cleanup(func() {
+		// Sessions outlive the listener, and a session whose client went
+		// silent would linger for minutes holding sshd's log pipe.
+		for _, pid := range sshdTree(s.cmd.Process.Pid)[1:] {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
 		s.cmd.Process.Signal(syscall.SIGTERM)
 		select {
 		case <-waited:

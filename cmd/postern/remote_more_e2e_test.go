@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -176,4 +178,245 @@ echo "RESIZED $(stty size)"; sleep 100; echo "NOT INTERRUPTED"`
 	if run.State != records.StateExited || run.ExitCode == nil || *run.ExitCode != 130 || run.Why != "ended by signal interrupt" {
 		t.Fatalf("run record after Ctrl-C: %+v", run)
 	}
+}
+
+// runNamespaces are the namespaces of pid that are not host's (a process of
+// the machine it runs on), as their /proc links ("net:[4026532...]").
+func runNamespaces(t *testing.T, pid, host int) []string {
+	t.Helper()
+	var out []string
+	for _, ns := range []string{"net", "user", "mnt", "pid", "ipc", "uts", "cgroup"} {
+		mine, err := os.Readlink("/proc/" + strconv.Itoa(host) + "/ns/" + ns)
+		if err != nil {
+			continue
+		}
+		theirs, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/ns/" + ns)
+		if err != nil {
+			t.Fatalf("namespaces of the run's process %d: %v", pid, err)
+		}
+		if theirs != mine {
+			out = append(out, theirs)
+		}
+	}
+	return out
+}
+
+// nsHolders lists the processes that are in, or hold a descriptor of, any of
+// the namespaces.
+func nsHolders(namespaces []string) []string {
+	want := map[string]bool{}
+	for _, n := range namespaces {
+		want[n] = true
+	}
+	var out []string
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		if _, err := strconv.Atoi(p.Name()); err != nil {
+			continue
+		}
+		dir := "/proc/" + p.Name()
+		var links []string
+		if nss, err := os.ReadDir(dir + "/ns"); err == nil {
+			for _, n := range nss {
+				links = append(links, dir+"/ns/"+n.Name())
+			}
+		}
+		if fds, err := os.ReadDir(dir + "/fd"); err == nil {
+			for _, f := range fds {
+				links = append(links, dir+"/fd/"+f.Name())
+			}
+		}
+		for _, l := range links {
+			if dst, err := os.Readlink(l); err == nil && want[dst] {
+				comm, _ := os.ReadFile(dir + "/comm")
+				out = append(out, p.Name()+" ("+strings.TrimSpace(string(comm))+") "+l+" -> "+dst)
+				break
+			}
+		}
+	}
+	return out
+}
+
+// pgrepPids lists the pids of processes whose command line matches pattern.
+func pgrepPids(t *testing.T, pattern string) []int {
+	t.Helper()
+	out, err := exec.Command("pgrep", "-f", pattern).Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 1 {
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("pgrep: %v", err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(out)) {
+		if n, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, n)
+		}
+	}
+	return pids
+}
+
+// sshdTree lists root and every sshd process under it (the per-connection
+// session processes), not what those run (the agent).
+func sshdTree(root int) []int {
+	children := map[int][]int{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + p.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after ')'.
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(f) < 2 {
+			continue
+		}
+		ppid, _ := strconv.Atoi(f[1])
+		children[ppid] = append(children[ppid], pid)
+	}
+	var out []int
+	var walk func(int)
+	walk = func(pid int) {
+		comm, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		if c := strings.TrimSpace(string(comm)); c != "sshd" && pid != root {
+			return
+		}
+		out = append(out, pid)
+		for _, c := range children[pid] {
+			walk(c)
+		}
+	}
+	walk(root)
+	return out
+}
+
+// TestRemoteConnectionDropped cuts a remote run's connection two ways while the
+// controller lives: sshd is killed (the connection closes), and the network
+// stops carrying it (silence). Each time the agent kills the run and tears its
+// wall down within 5 seconds, leaving no process or namespace of the run, and
+// the controller marks the run lost and says so.
+func TestRemoteConnectionDropped(t *testing.T) {
+	r := newRemoteLab(t)
+	r.addAndProbe(t, "far")
+
+	drop := func(t *testing.T, how string, cut func(t *testing.T)) {
+		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+		pattern := "^sleep 300." + marker + "$" // the run's own sleep, not the command lines naming it
+		cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sh", "-c", "sleep 300."+marker+"; echo NOT-KILLED")
+		cmd.Env = r.C.env()
+		var stdout, stderr lockedLog
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan struct{})
+		go func() { cmd.Wait(); close(waited) }()
+		defer func() {
+			select {
+			case <-waited:
+			default:
+				cmd.Process.Kill()
+				<-waited
+			}
+		}()
+		var pids []int
+		waitUntil(t, 20*time.Second, "the remote run to start", func() bool { pids = pgrepPids(t, pattern); return len(pids) > 0 })
+		namespaces := runNamespaces(t, pids[0], r.Remote.cmd.Process.Pid)
+		if !slices.ContainsFunc(namespaces, func(n string) bool { return strings.HasPrefix(n, "net:") }) {
+			t.Fatalf("the run's process %d is in the remote's own network namespace: no wall? (its own: %v)", pids[0], namespaces)
+		}
+		agents := pgrepPids(t, "__agent serve")
+
+		cut(t)
+		cutAt := time.Now()
+		for len(pgrepPids(t, pattern)) > 0 {
+			if time.Since(cutAt) > 5*time.Second {
+				out, _ := exec.Command("ps", "-eo", "pid,ppid,stat,etime,args").Output()
+				t.Fatalf("5s after the connection %s, the run is still there:\n%s", how, out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		for len(nsHolders(namespaces)) > 0 {
+			if time.Since(cutAt) > 5*time.Second {
+				t.Fatalf("5s after the connection %s, the run's namespaces %v are still held:\n%s", how, namespaces, strings.Join(nsHolders(namespaces), "\n"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		gone := time.Since(cutAt)
+		for _, pid := range agents {
+			if alive(pid) {
+				for deadline := time.Now().Add(time.Second); ; time.Sleep(20 * time.Millisecond) {
+					if !alive(pid) {
+						break
+					}
+					if time.Now().After(deadline) {
+						out, _ := exec.Command("sh", "-c", "cat /proc/"+strconv.Itoa(pid)+"/cmdline | tr '\\0' ' '; echo; ls -l /proc/"+strconv.Itoa(pid)+"/fd; cat /proc/"+strconv.Itoa(pid)+"/task/*/wchan").CombinedOutput()
+						t.Fatalf("the agent %d is still there 1s after the run ended:\n%s", pid, out)
+					}
+				}
+			}
+		}
+		t.Logf("connection %s: the run and its wall were gone %s later", how, gone.Round(time.Millisecond))
+
+		select {
+		case <-waited:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("postern still runs 10s after the connection %s:\n%s", how, stderr.String())
+		}
+		code := cmd.ProcessState.ExitCode()
+		msg := stderr.String()
+		if code == 0 || !strings.Contains(msg, "lost") || !strings.Contains(msg, `"far"`) || strings.Contains(stdout.String(), "NOT-KILLED") {
+			t.Fatalf("postern after the connection %s: exit %d, stderr %q, stdout %q; want non-zero and a message that the run on far was lost", how, code, msg, stdout.String())
+		}
+		run := lastRun(t, r.C)
+		if run.State != records.StateLost || run.ExitCode != nil || !strings.Contains(run.Why, "far") {
+			t.Fatalf("run record after the connection %s: %+v", how, run)
+		}
+		t.Logf("postern said: %s", strings.TrimSpace(msg))
+	}
+
+	t.Run("SSHDKilled", func(t *testing.T) {
+		drop(t, "closed", func(t *testing.T) {
+			for _, pid := range sshdTree(r.Remote.cmd.Process.Pid) {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		})
+	})
+	// sshd was killed: start another for the next case.
+	r.Remote = startSSHD(t, r.Remote.Host, r.Remote.Addr, r.C.Pub)
+	r.C.trust(t, r.Remote.Addr.String(), r.Remote.HostPub)
+	t.Run("NetworkSilent", func(t *testing.T) {
+		drop(t, "went silent", func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			// Both directions of ssh stop at the remote, without a reset.
+			rules := `table inet posterndrop {
+  chain in { type filter hook input priority -10; tcp dport 22 drop; }
+  chain out { type filter hook output priority -10; tcp sport 22 drop; }
+}`
+			nft := r.Remote.Command(ctx, "nft", "-f", "-")
+			nft.Stdin = strings.NewReader(rules)
+			if out, err := nft.CombinedOutput(); err != nil {
+				t.Fatalf("nft in the remote: %v: %s", err, out)
+			}
+		})
+	})
+}
+
+// alive reports whether pid is a process that has not exited (a zombie has:
+// it only waits for its parent to reap it).
+func alive(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
 }
