@@ -168,11 +168,12 @@ func (t *runTerminal) stdio() []uintptr {
 	return fds
 }
 
-// relay closes the init's copy of the run's side and copies keys in and
-// output out until the process ends. The output copy ends when every
-// descriptor of the run's side is closed (EIO), or at drain's deadline.
+// relay copies keys in and output out until the process ends. The init keeps
+// its own descriptor of the run's side open until drain: a command that closes
+// every descriptor of its terminal and opens /dev/tty again a moment later
+// would otherwise leave the run's side closed in between, end the output copy
+// (EIO), and lose what it writes next.
 func (t *runTerminal) relay() {
-	t.slave.Close()
 	go func() {
 		defer close(t.copied)
 		_, _ = io.Copy(t.out, t.master)
@@ -192,6 +193,9 @@ func (t *runTerminal) resize() {
 // drain waits for the run's last output to reach the caller's terminal. The
 // run's other processes must be gone already, or they would hold it open.
 func (t *runTerminal) drain() {
+	// With the init's descriptor closed too, the output copy reads what is left
+	// and ends (EIO).
+	t.slave.Close()
 	select {
 	case <-t.copied:
 	case <-time.After(drainTimeout):
