@@ -180,15 +180,16 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			}
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			// Remote machines are measured through their agent (machine_remote.go).
-			views, err := probeMachines(cmd.Context(), store, args, probeAll, trustNewHostKey, logger)
-			if err != nil {
-				return err
+			// Machines measured are printed even when others failed.
+			views, perr := probeMachines(cmd.Context(), store, args, probeAll, trustNewHostKey, logger)
+			if len(views) == 0 {
+				return perr
 			}
 			if probeJSON {
-				if len(views) == 1 {
-					return writeJSON(os.Stdout, views[0])
+				if !probeAll && len(args) <= 1 {
+					return errors.Join(writeJSON(os.Stdout, views[0]), perr)
 				}
-				return writeJSON(os.Stdout, views)
+				return errors.Join(writeJSON(os.Stdout, views), perr)
 			}
 			for i, v := range views {
 				if i > 0 {
@@ -198,7 +199,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 					return err
 				}
 			}
-			return nil
+			return perr
 		},
 	}
 	probeCmd.Flags().BoolVar(&probeJSON, "json", false, "print what was measured as JSON")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -83,7 +84,7 @@ func probeMachines(ctx context.Context, store *records.Store, names []string, al
 			results[i] = result{rec, err}
 			if several {
 				if err != nil {
-					fmt.Fprintf(os.Stderr, "postern: %s: failed after %s\n", m.Name, time.Since(start).Round(time.Millisecond))
+					fmt.Fprintf(os.Stderr, "postern: %s: failed after %s: %v\n", m.Name, time.Since(start).Round(time.Millisecond), err)
 				} else {
 					fmt.Fprintf(os.Stderr, "postern: %s: measured in %s\n", m.Name, time.Since(start).Round(time.Millisecond))
 				}
@@ -93,9 +94,13 @@ func probeMachines(ctx context.Context, store *records.Store, names []string, al
 	wg.Wait()
 	var views []machineView
 	var errs []error
+	var failed []string
 	for i, m := range ms {
 		if results[i].err != nil {
-			errs = append(errs, fmt.Errorf("measure %s: %w", m.Name, results[i].err))
+			failed = append(failed, m.Name)
+			if !several {
+				errs = append(errs, fmt.Errorf("measure %s: %w", m.Name, results[i].err))
+			}
 			continue
 		}
 		v, err := viewMachine(store, m)
@@ -104,6 +109,10 @@ func probeMachines(ctx context.Context, store *records.Store, names []string, al
 			continue
 		}
 		views = append(views, v)
+	}
+	if several && len(failed) > 0 {
+		// Each failure was told on its own line above.
+		errs = append(errs, fmt.Errorf("%d of %d machines could not be measured: %s; their records, if any, are unchanged", len(failed), len(ms), strings.Join(failed, ", ")))
 	}
 	return views, errors.Join(errs...)
 }

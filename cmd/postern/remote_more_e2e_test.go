@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"regexp"
@@ -17,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/internal/testhosts"
 	"github.com/postern-dev/postern/records"
 )
 
@@ -419,4 +422,155 @@ func alive(pid int) bool {
 	s := string(b)
 	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
+// TestRemoteInventoryImportAndProbeAll imports machines from an HCL inventory
+// (they stay unmeasured, and runs on them are refused), rejects a bad inventory
+// with the place of the mistake, and measures every machine at once.
+func TestRemoteInventoryImportAndProbeAll(t *testing.T) {
+	testhosts.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lab, err := testhosts.NewLab(ctx, "inv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lab.Close() })
+	c := newController(t)
+	hosts := map[string]*sshHost{}
+	for _, name := range []string{"alpha", "beta"} {
+		h, err := lab.Host(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hosts[name] = startSSHD(t, h, h.Addr, c.Pub)
+		c.trust(t, h.Addr.String(), hosts[name].HostPub)
+	}
+	// gamma is a host where nothing listens for ssh.
+	gamma, err := lab.Host(ctx, "gamma")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.writeSSH(t, "config", fmt.Sprintf("Host alpha-alias\n  HostName %s\n  User root\n", hosts["alpha"].Addr))
+
+	// A bad inventory is refused whole, with file:line:col, and adds nothing.
+	for _, bad := range []struct{ src, at string }{
+		{"machine \"ok\" {\n  ssh = \"root@10.0.0.1\"\n}\nmachine \"broken\" {\n  ssh = \n}\n", ":5:"},
+		{"machine \"ok\" {\n  ssh = \"root@10.0.0.1\"\n}\n\nmachine \"Bad Name\" {\n  ssh = \"x\"\n}\n", ":5:1"},
+		{"machine \"ok\" {\n  ssh = \"root@10.0.0.1\"\n}\nmachine \"ok\" {\n  ssh = \"root@10.0.0.2\"\n}\n", ":4:1"},
+	} {
+		file := writeFile(t, "bad.hcl", bad.src)
+		stdout, stderr, code := c.postern(t, "machine", "import", file)
+		if code != 2 || !strings.Contains(stderr, file+bad.at) {
+			t.Fatalf("import of a bad inventory:\n%s\nexit %d, stderr %q, stdout %q; want 2 and %s%s", bad.src, code, stderr, stdout, file, bad.at)
+		}
+	}
+	if out := c.mustPostern(t, "machine", "list"); strings.Contains(out, "ok") {
+		t.Fatalf("a refused inventory added machines:\n%s", out)
+	}
+
+	inv := writeFile(t, "machines.hcl", fmt.Sprintf(`
+machine "alpha" {
+  ssh    = "alpha-alias"
+  labels = { role = "build" }
+}
+machine "beta" {
+  ssh      = "root@%s"
+  identity = "~/.ssh/id_ed25519"
+}
+machine "gamma" {
+  ssh = "root@%s"
+}
+`, hosts["beta"].Addr, gamma.Addr))
+	out := c.mustPostern(t, "machine", "import", inv)
+	for _, name := range []string{"alpha", "beta", "gamma"} {
+		if !regexp.MustCompile(`(?m)^` + name + `\t\S+\tadded$`).MatchString(out) {
+			t.Fatalf("import did not add %s:\n%s", name, out)
+		}
+	}
+	views := machineViews(t, c)
+	for _, name := range []string{"alpha", "beta", "gamma"} {
+		v, ok := views[name]
+		if !ok || v.Measured || v.Carry != "none" || v.Lane != "remote-linux" {
+			t.Fatalf("imported machine %s: %+v (present %v); want unmeasured, carry none, lane remote-linux", name, v, ok)
+		}
+		_, stderr, code := c.postern(t, "run", "--machine", name, "--", "true")
+		if code != exitRefused || !strings.Contains(stderr, "EGRESS-CLOSED-DEFAULT-REFUSED") || !strings.Contains(stderr, "never measured") {
+			t.Fatalf("run on unmeasured %s: exit %d, stderr %q; want 77 and the refusal", name, code, stderr)
+		}
+	}
+	if views["alpha"].Labels["role"] != "build" {
+		t.Fatalf("alpha's labels: %v", views["alpha"].Labels)
+	}
+
+	// Every machine at once: one line as each starts and one as each ends.
+	start := time.Now()
+	_, stderr, code := c.postern(t, "machine", "probe-confinement", "--all")
+	took := time.Since(start)
+	if code == 0 || !strings.Contains(stderr, "gamma") {
+		t.Fatalf("probe --all with gamma unreachable: exit %d, stderr:\n%s; want failure naming gamma", code, stderr)
+	}
+	lines := strings.Split(strings.TrimSpace(stderr), "\n")
+	index := func(re string) int {
+		for i, l := range lines {
+			if regexp.MustCompile(re).MatchString(l) {
+				return i
+			}
+		}
+		t.Fatalf("probe --all printed no line matching %q:\n%s", re, stderr)
+		return -1
+	}
+	firstEnd := len(lines) // of the remote machines that can be measured
+	for _, name := range []string{"local", "alpha", "beta", "gamma"} {
+		s := index(`^postern: measuring ` + name + ` …$`)
+		verb := "measured in"
+		if name == "gamma" {
+			verb = "failed after"
+		}
+		e := index(`^postern: ` + name + `: ` + verb + ` \S+($|: )`)
+		if s > e {
+			t.Fatalf("%s ended before it started:\n%s", name, stderr)
+		}
+		if name == "alpha" || name == "beta" {
+			firstEnd = min(firstEnd, e)
+		}
+	}
+	// Both remotes started before either ended: they were measured concurrently.
+	for _, name := range []string{"alpha", "beta"} {
+		if index(`^postern: measuring `+name+` …$`) > firstEnd {
+			t.Fatalf("%s started after another machine's measurement ended: not concurrent:\n%s", name, stderr)
+		}
+	}
+	index(`^postern: gamma: failed after \S+: .*connection refused`)
+	index(`^postern: 1 of 4 machines could not be measured: gamma`)
+	t.Logf("probe --all took %s:\n%s", took.Round(time.Millisecond), stderr)
+	views = machineViews(t, c)
+	for _, name := range []string{"alpha", "beta"} {
+		if v := views[name]; !v.Measured || v.Carry != "network-wall" {
+			t.Fatalf("%s after probe --all: %+v; want measured, network-wall", name, v)
+		}
+		if got := c.mustPostern(t, "run", "--machine", name, "--", "cat", "/proc/sys/kernel/hostname"); strings.TrimSpace(got) == "" {
+			t.Fatalf("run on %s printed nothing", name)
+		}
+		if len(agentFiles(t, hosts[name].Home)) != 1 {
+			t.Fatalf("no agent installed on %s", name)
+		}
+	}
+	if v := views["gamma"]; v.Measured {
+		t.Fatalf("gamma has a record although it could not be reached: %+v", v)
+	}
+}
+
+func machineViews(t *testing.T, c *controller) map[string]machineView {
+	t.Helper()
+	out := c.mustPostern(t, "machine", "list", "--json")
+	var vs []machineView
+	if err := json.Unmarshal([]byte(out), &vs); err != nil {
+		t.Fatalf("machine list --json: %v: %s", err, out)
+	}
+	m := map[string]machineView{}
+	for _, v := range vs {
+		m[v.Name] = v
+	}
+	return m
 }
