@@ -56,8 +56,9 @@ func (l *lockedLog) String() string {
 type controller struct {
 	Home        string
 	PosternHome string
-	Key         string // private key file
-	Pub         string // public key line
+	Key         string   // private key file
+	Pub         string   // public key line
+	Env         []string // more environment for postern, e.g. SSH_AUTH_SOCK
 }
 
 func newController(t testing.TB) *controller {
@@ -116,7 +117,7 @@ func (c *controller) env() []string {
 		}
 		env = append(env, kv)
 	}
-	return append(env, "HOME="+c.Home, "POSTERN_HOME="+c.PosternHome)
+	return append(append(env, "HOME="+c.Home, "POSTERN_HOME="+c.PosternHome), c.Env...)
 }
 
 // postern runs the built binary as this controller.

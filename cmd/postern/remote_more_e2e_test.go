@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -573,4 +574,70 @@ func machineViews(t *testing.T, c *controller) map[string]machineView {
 		m[v.Name] = v
 	}
 	return m
+}
+
+// startSSHAgent runs an OpenSSH ssh-agent for the test holding key, and
+// returns its socket.
+func startSSHAgent(t *testing.T, key string) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "agent.sock")
+	cmd := exec.Command("ssh-agent", "-D", "-a", sock)
+	var log lockedLog
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("ssh-agent: %v", err)
+	}
+	waited := make(chan struct{})
+	go func() { cmd.Wait(); close(waited) }()
+	t.Cleanup(func() { cmd.Process.Kill(); <-waited })
+	waitUntil(t, 5*time.Second, "ssh-agent's socket", func() bool {
+		_, err := os.Stat(sock)
+		return err == nil
+	})
+	add := exec.Command("ssh-add", key)
+	add.Env = append(os.Environ(), "SSH_AUTH_SOCK="+sock)
+	if out, err := add.CombinedOutput(); err != nil {
+		t.Fatalf("ssh-add %s: %v: %s (agent: %s)", key, err, out, log.String())
+	}
+	return sock
+}
+
+// TestRemoteSSHAgent logs in with a key that only the ssh agent holds: no
+// IdentityFile in the config and no key file in ~/.ssh.
+func TestRemoteSSHAgent(t *testing.T) {
+	testhosts.RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	lab, err := testhosts.NewLab(ctx, "agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lab.Close() })
+	c := newController(t)
+	h, err := lab.Host(ctx, "far")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := startSSHD(t, h, h.Addr, c.Pub)
+	c.trust(t, h.Addr.String(), s.HostPub)
+	// The key leaves ~/.ssh: only the agent will have it.
+	key := filepath.Join(t.TempDir(), "agent-only")
+	if err := os.Rename(c.Key, key); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(c.Key + ".pub")
+	c.writeSSH(t, "config", fmt.Sprintf("Host far-alias\n  HostName %s\n  User root\n", h.Addr))
+	c.mustPostern(t, "machine", "add", "far", "--ssh", "far-alias")
+
+	// Without an agent there is no key, and the message says how to give one.
+	_, stderr, code := c.postern(t, "machine", "probe-confinement", "far")
+	if code == 0 || !strings.Contains(stderr, "ssh-agent") || !strings.Contains(stderr, "ssh-add") {
+		t.Fatalf("probe with no key at all: exit %d, stderr %q; want a refusal naming ssh-agent and ssh-add", code, stderr)
+	}
+
+	c.Env = []string{"SSH_AUTH_SOCK=" + startSSHAgent(t, key)}
+	c.mustPostern(t, "machine", "probe-confinement", "far")
+	if out := c.mustPostern(t, "run", "--machine", "far", "--", "echo", "through the agent's key"); out != "through the agent's key\n" {
+		t.Fatalf("run with the agent's key printed %q", out)
+	}
 }
