@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/carry/internal/pid1"
 )
 
 // Paths inside the container.
@@ -35,7 +37,7 @@ const (
 	exitHarnessFailed = 125
 	exitNotFound      = 127
 	exitCannotExec    = 126
-	exitKilled        = 128 + int(syscall.SIGKILL)
+	exitKilled        = pid1.KilledStatus
 )
 
 // connectTimeout bounds how long the harness tries to reach the host.
@@ -82,7 +84,7 @@ func Init(ctx context.Context, args []string, signals <-chan os.Signal, stderr i
 		return code
 	}
 	if err := ctl.send(message{Type: msgStarted, Pid: pid}); err != nil {
-		killAll(pid)
+		pid1.KillAll(pid)
 		return exitKilled
 	}
 	code = supervise(ctx, ctl, pid, signals)
@@ -134,73 +136,28 @@ func isTTY(fd int) bool {
 	return err == nil
 }
 
-// supervise reaps until the command ends, forwarding signals to its group.
+// supervise runs the command as pid 1 until it ends, forwarding the signals
+// the process receives and those the host asks for to its group.
 func supervise(ctx context.Context, ctl *control, pid int, signals <-chan os.Signal) int {
-	status := make(chan syscall.WaitStatus, 1)
-	// The reaper and the reader end with the process: Init's return is its exit.
-	go reapAll(pid, status)
-	msgs := make(chan message)
+	return pid1.Supervise(ctx, pid1.Command{Pid: pid, Signals: signals, Requests: signalRequests(ctl)})
+}
+
+// signalRequests reads the host's messages and passes on the signals it asks
+// for; the channel closes when the host's end does. The reader ends with the
+// process: Init's return is its exit.
+func signalRequests(ctl *control) <-chan syscall.Signal {
+	reqs := make(chan syscall.Signal)
 	go func() {
-		defer close(msgs)
+		defer close(reqs)
 		for {
 			m, err := ctl.recv()
 			if err != nil {
 				return
 			}
-			msgs <- m
+			if m.Type == msgSignal {
+				reqs <- syscall.Signal(m.Signal)
+			}
 		}
 	}()
-	for {
-		select {
-		case ws := <-status:
-			if ws.Signaled() {
-				return 128 + int(ws.Signal())
-			}
-			return ws.ExitStatus()
-		case s := <-signals:
-			if sig, ok := s.(syscall.Signal); ok {
-				_ = unix.Kill(-pid, sig)
-			}
-		case m, ok := <-msgs:
-			if !ok {
-				// The host side is gone: nothing may outlive it.
-				killAll(pid)
-				return exitKilled
-			}
-			if m.Type == msgSignal {
-				_ = unix.Kill(-pid, syscall.Signal(m.Signal))
-			}
-		case <-ctx.Done():
-			killAll(pid)
-			return exitKilled
-		}
-	}
-}
-
-// reapAll waits for every child (pid 1 inherits the container's orphans) and
-// sends the status of the command, pid, once.
-func reapAll(pid int, status chan<- syscall.WaitStatus) {
-	for {
-		var ws syscall.WaitStatus
-		got, err := syscall.Wait4(-1, &ws, 0, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		if got == pid && (ws.Exited() || ws.Signaled()) {
-			status <- ws
-		}
-	}
-}
-
-// killAll kills every process of the container: as its pid 1, every other
-// process of the pid namespace; otherwise the command's group.
-func killAll(pid int) {
-	if os.Getpid() == 1 {
-		_ = unix.Kill(-1, unix.SIGKILL)
-		return
-	}
-	_ = unix.Kill(-pid, unix.SIGKILL)
+	return reqs
 }

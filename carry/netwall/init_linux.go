@@ -13,12 +13,14 @@ import (
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/carry/internal/pid1"
 )
 
 // Exit statuses of the init when it cannot report through the control socket.
 const (
 	exitInitFailed = 125
-	exitKilled     = 128 + int(syscall.SIGKILL)
+	exitKilled     = pid1.KilledStatus
 )
 
 // Init is the wall's init, pid 1 of the run's namespaces; the process Raise
@@ -77,21 +79,47 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 		tty.relay()
 	}
 	if err := ctl.send(message{Type: msgStarted, Pid: pid}); err != nil {
-		killAll()
+		pid1.KillAll(pid)
 		return exitKilled
 	}
 	return supervise(ctx, ctl, pid, signals, tty)
 }
 
-// supervise reaps until the command ends, forwarding signals to its group;
-// SIGWINCH resizes the run's terminal, tty, if it has one.
+// supervise runs the command as pid 1 until it ends, forwarding the signals
+// the process receives and those the host asks for to its group; SIGWINCH
+// resizes the run's terminal, tty, if it has one.
 func supervise(ctx context.Context, ctl *channel, pid int, signals <-chan os.Signal, tty *runTerminal) int {
-	status := make(chan syscall.WaitStatus, 1)
-	// The reaper and reader end with the process: Init's return is its exit.
-	go reapAll(pid, status)
-	msgs := make(chan message)
+	c := pid1.Command{
+		Pid:      pid,
+		Signals:  signals,
+		Requests: signalRequests(ctl),
+		Local: func(sig syscall.Signal) bool {
+			if sig != syscall.SIGWINCH {
+				return false
+			}
+			if tty != nil {
+				tty.resize()
+			}
+			return true
+		},
+	}
+	if tty != nil {
+		c.Ended = func() {
+			// What the command left behind would hold its terminal open.
+			pid1.KillAll(pid)
+			tty.drain()
+		}
+	}
+	return pid1.Supervise(ctx, c)
+}
+
+// signalRequests reads the host's messages and passes on the signals it asks
+// for; the channel closes when the host side does. The reader ends with the
+// process: Init's return is its exit.
+func signalRequests(ctl *channel) <-chan syscall.Signal {
+	reqs := make(chan syscall.Signal)
 	go func() {
-		defer close(msgs)
+		defer close(reqs)
 		for {
 			m, files, err := ctl.recv()
 			for _, f := range files {
@@ -100,68 +128,13 @@ func supervise(ctx context.Context, ctl *channel, pid int, signals <-chan os.Sig
 			if err != nil {
 				return
 			}
-			msgs <- m
+			if m.Type == msgSignal {
+				reqs <- syscall.Signal(m.Signal)
+			}
 		}
 	}()
-	for {
-		select {
-		case ws := <-status:
-			if tty != nil {
-				// What the command left behind would hold its terminal open.
-				killAll()
-				tty.drain()
-			}
-			if ws.Signaled() {
-				return 128 + int(ws.Signal())
-			}
-			return ws.ExitStatus()
-		case s := <-signals:
-			sig, ok := s.(syscall.Signal)
-			switch {
-			case !ok:
-			case sig == syscall.SIGWINCH:
-				if tty != nil {
-					tty.resize()
-				}
-			default:
-				_ = unix.Kill(-pid, sig)
-			}
-		case m, ok := <-msgs:
-			if !ok {
-				// The host side is gone: nothing may outlive it.
-				killAll()
-				return exitKilled
-			}
-			if m.Type == msgSignal {
-				_ = unix.Kill(-pid, syscall.Signal(m.Signal))
-			}
-		case <-ctx.Done():
-			killAll()
-			return exitKilled
-		}
-	}
+	return reqs
 }
-
-// reapAll waits for every child (pid 1 inherits the run's orphans) and sends
-// the status of the command, pid, once.
-func reapAll(pid int, status chan<- syscall.WaitStatus) {
-	for {
-		var ws syscall.WaitStatus
-		got, err := syscall.Wait4(-1, &ws, 0, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return
-		}
-		if got == pid && (ws.Exited() || ws.Signaled()) {
-			status <- ws
-		}
-	}
-}
-
-// killAll kills every other process of the pid namespace (the caller is its pid 1).
-func killAll() { _ = unix.Kill(-1, unix.SIGKILL) }
 
 // setup makes the namespace the wall: lo, routes, listeners, rules, mounts.
 // It returns the listeners' descriptors: transparent, DNS UDP, DNS TCP.
