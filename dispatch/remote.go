@@ -187,7 +187,21 @@ func runRemote(ctx context.Context, store *records.Store, run *records.Run, spec
 	}
 	defer sc.Close()
 	defer p.Close()
+	return runOnAgent(ctx, store, run, spec, rec, m, src, c, p)
+}
 
+// runOnAgent carries a run through an agent that has answered the handshake.
+// The agent's word on the kernel it runs on is checked against the record
+// first: a record measured on another kernel no longer says what this one can
+// wall, and the run is refused before its command is sent.
+func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spec Spec, rec *probe.Record, m machine.Machine, src []byte, c *agent.Client, p agent.Process) (int, error) {
+	if _, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, Kernel: c.Hello.Kernel}); err != nil {
+		var ref *carry.Refusal
+		if errors.As(err, &ref) && ref.Kernel != "" {
+			ref.Fix = fmt.Sprintf("machine %s now runs kernel %s: %s", m.Name, c.Hello.Kernel, ref.Fix)
+		}
+		return 0, err
+	}
 	req := agent.RunRequest{
 		ID: run.ID, Machine: m.Name, Lane: run.Lane, Command: spec.Command,
 		Env: remoteEnv(spec.Env), Policy: src, PolicyAt: spec.PolicyPath,
