@@ -18,6 +18,7 @@ import (
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/internal/procstat"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
@@ -111,7 +112,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		EgressOpenReason: strings.TrimSpace(spec.EgressOpen),
 		StartedAt:        time.Now().UTC(),
 		Pid:              os.Getpid(),
-		PidStart:         processStart(os.Getpid()),
+		PidStart:         procstat.StartTime(os.Getpid()),
 	}
 	if spec.Container.Image != "" {
 		return runContainerLane(ctx, store, spec, m, rec, run, pol, pins)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/postern-dev/postern/internal/procstat"
 )
 
 // dirPrefix starts the name of the host directory each container gets (its
@@ -50,7 +52,7 @@ func controllerAlive(pidLabel, startLabel string) bool {
 	if err != nil {
 		return false
 	}
-	return start != 0 && processStart(pid) == start
+	return start != 0 && procstat.StartTime(pid) == start
 }
 
 // sweepDirs removes the host directories of containers whose postern is gone

@@ -24,6 +24,7 @@ import (
 
 	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/internal/procstat"
 )
 
 // Labels put on every container postern starts.
@@ -141,7 +142,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	}
 
 	// Named for this process, so Sweep can tell when its owner is gone.
-	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d.%d-", dirPrefix, os.Getpid(), processStart(os.Getpid())))
+	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d.%d-", dirPrefix, os.Getpid(), procstat.StartTime(os.Getpid())))
 	if err != nil {
 		return nil, fmt.Errorf("container: %w", err)
 	}
@@ -241,7 +242,7 @@ func (w *Wall) startContainer(ctx context.Context, spec Spec, self, resolv strin
 	args := []string{"run", "--rm", "--name", w.name,
 		"--label", LabelRun + "=" + spec.Run,
 		"--label", LabelPid + "=" + strconv.Itoa(os.Getpid()),
-		"--label", LabelPidStart + "=" + strconv.FormatUint(processStart(os.Getpid()), 10),
+		"--label", LabelPidStart + "=" + strconv.FormatUint(procstat.StartTime(os.Getpid()), 10),
 		"--network", "none",
 		"--cap-drop", "all",
 		"--security-opt", "no-new-privileges",
@@ -723,24 +724,4 @@ func (g *gate) held() string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.buf.String()
-}
-
-// processStart is a process's start time in clock ticks since boot (field 22 of
-// /proc/PID/stat), or 0. With the pid it names one process even after pids wrap.
-func processStart(pid int) uint64 {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0
-	}
-	n, _ := strconv.ParseUint(f[19], 10, 64)
-	return n
 }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/internal/procstat"
 )
 
 // outFile is a pipe whose read side is collected until the write side closes.
@@ -343,13 +344,13 @@ func TestSweepRemovesOnlyOrphans(t *testing.T) {
 	suffix := fmt.Sprint(time.Now().UnixNano())
 	orphan, owned := "postern-test-orphan-"+suffix, "postern-test-owned-"+suffix
 	start(orphan, "2147483646", "1")
-	start(owned, fmt.Sprint(os.Getpid()), fmt.Sprint(processStart(os.Getpid())))
+	start(owned, fmt.Sprint(os.Getpid()), fmt.Sprint(procstat.StartTime(os.Getpid())))
 	// A directory a killed postern left behind, and one of a live one.
 	deadDir, err := os.MkdirTemp("", dirPrefix+"2147483646.1-")
 	if err != nil {
 		t.Fatal(err)
 	}
-	liveDir, err := os.MkdirTemp("", fmt.Sprintf("%s%d.%d-", dirPrefix, os.Getpid(), processStart(os.Getpid())))
+	liveDir, err := os.MkdirTemp("", fmt.Sprintf("%s%d.%d-", dirPrefix, os.Getpid(), procstat.StartTime(os.Getpid())))
 	if err != nil {
 		t.Fatal(err)
 	}
