@@ -9,7 +9,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -125,44 +124,25 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Config.IdleTunnels = most
 	}
 
-	dir, err := os.MkdirTemp("", "postern-bench-")
+	dir, err := workDir("postern-bench-") // squid and tinyproxy drop to nobody/proxy
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil { // squid and tinyproxy drop to nobody/proxy
-		return nil, err
-	}
 
 	bin := cfg.Postern
 	if bin == "" && !skipped(cfg.Skip, "door") {
-		bin = filepath.Join(dir, "postern")
-		log.Info("building postern", "out", bin)
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/postern").CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("build postern (run from the module root, or pass the binary): %w: %s", err, out)
+		if bin, err = buildPostern(ctx, log, dir); err != nil {
+			return nil, err
 		}
 	}
 
-	lab, err := testhosts.NewLab(ctx, "bench")
+	lab, err := newBenchLab(ctx, "bench")
 	if err != nil {
 		return nil, err
 	}
 	defer lab.Close()
-	up, err := lab.Host(ctx, "upstream")
-	if err != nil {
-		return nil, err
-	}
-	ns, err := lab.Host(ctx, "ns")
-	if err != nil {
-		return nil, err
-	}
-	// A DNS server for the proxies' own lookups that knows nothing: the
-	// benchmark only uses addresses, and nothing may ask a real resolver.
-	dns, err := ns.ServeDNS(53, nil)
-	if err != nil {
-		return nil, err
-	}
+	up, dns := lab.upstream, lab.dns
 
 	rep.Machine = describe(bin)
 	type pending struct {

@@ -149,22 +149,16 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 	if os.Geteuid() != 0 {
 		return nil, ErrNeedsRoot
 	}
-	dir, err := os.MkdirTemp("", "postern-wallbench-")
+	dir, err := workDir("postern-wallbench-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		return nil, err
-	}
 
 	bin := cfg.Postern
 	if bin == "" {
-		bin = filepath.Join(dir, "postern")
-		log.Info("building postern", "out", bin)
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "./cmd/postern").CombinedOutput()
-		if err != nil {
-			return nil, fmt.Errorf("build postern (run from the module root, or pass the binary): %w: %s", err, out)
+		if bin, err = buildPostern(ctx, log, dir); err != nil {
+			return nil, err
 		}
 	}
 	if bin, err = filepath.Abs(bin); err != nil {
@@ -343,26 +337,13 @@ const (
 // to the upstream host by its own veth pair, then as the command of
 // `postern run` whose policy admits the upstream host's /24.
 func wallPaths(ctx context.Context, cfg WallConfig, dir, bin, client string, env []string) ([]WallPath, error) {
-	lab, err := testhosts.NewLab(ctx, "wallbench")
+	lab, err := newBenchLab(ctx, "wallbench")
 	if err != nil {
 		return nil, err
 	}
 	defer lab.Close()
-	up, err := lab.Host(ctx, "upstream")
-	if err != nil {
-		return nil, err
-	}
-	nsHost, err := lab.Host(ctx, "ns")
-	if err != nil {
-		return nil, err
-	}
+	up, dns := lab.upstream, lab.dns
 	cl, err := lab.Host(ctx, "client")
-	if err != nil {
-		return nil, err
-	}
-	// The door's own lookups go to a DNS server that knows nothing: the
-	// benchmark uses addresses only, and nothing may ask a real resolver.
-	dns, err := nsHost.ServeDNS(53, nil)
 	if err != nil {
 		return nil, err
 	}

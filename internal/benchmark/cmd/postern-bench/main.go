@@ -70,18 +70,8 @@ func main() {
 		}
 		os.Exit(1)
 	}
-	if err := rep.Markdown(os.Stdout); err != nil {
+	if err := benchmark.WriteMarkdown(rep, os.Stdout, out); err != nil {
 		fmt.Fprintln(os.Stderr, "postern-bench:", err)
 		os.Exit(1)
-	}
-	if out != "" {
-		f, err := os.Create(out)
-		if err == nil {
-			err = errors.Join(rep.Markdown(f), f.Close())
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "postern-bench:", err)
-			os.Exit(1)
-		}
 	}
 }
