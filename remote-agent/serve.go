@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -74,7 +72,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, h Handlers) error {
 	w := NewWriter(out)
 	hello := Hello{Protocol: Protocol, Version: h.Version, OS: runtime.GOOS, Arch: runtime.GOARCH, Kernel: kernelRelease()}
 	hello.Home, _ = os.UserHomeDir()
-	hash, err := SelfHash()
+	hash, err := selfHashCached()
 	if err != nil {
 		hello.Error = err.Error()
 	}
@@ -379,24 +377,6 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 		return s.exit(Exit{Code: code, Error: runErr.Error()})
 	}
 	return s.exit(Exit{Code: code})
-}
-
-// SelfHash is the sha256 of the running executable, hex.
-func SelfHash() (string, error) {
-	return fileHash("/proc/self/exe")
-}
-
-func fileHash(path string) (string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %s: %w", path, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 func kernelRelease() string {

@@ -443,6 +443,11 @@ func TestRemoteAgentReusedAndReinstalledWhenDamaged(t *testing.T) {
 	if !os.SameFile(st1, st2) || !st1.ModTime().Equal(st2.ModTime()) {
 		t.Fatalf("the agent was installed again although it was in place")
 	}
+	// The agent remembers its hash beside itself, for the file as it is.
+	cache, err := os.ReadFile(filepath.Join(filepath.Dir(files[0]), "postern.sha256"))
+	if err != nil || !strings.Contains(string(cache), filepath.Base(filepath.Dir(files[0]))) {
+		t.Fatalf("the agent's hash cache: %q, %v", cache, err)
+	}
 
 	// Damage the agent: the next run installs it again and still works.
 	f, err := os.OpenFile(files[0], os.O_WRONLY, 0)
