@@ -138,7 +138,12 @@ func demo(ctx context.Context, cfg config, w io.Writer) error {
 
 	// 4. The agent behind the wall.
 	heading(w, "4. Run the agent behind the wall")
-	agent := filepath.Join(cfg.Root, "examples", "demo", "agent.sh")
+	// The run gets a private /tmp, so a checkout under /tmp is not visible inside
+	// the wall: the agent goes to the working directory, beside the CA file.
+	agent := filepath.Join(cfg.State, "agent.sh")
+	if err := copyFile(filepath.Join(cfg.Root, "examples", "demo", "agent.sh"), agent); err != nil {
+		return err
+	}
 	resolver := hosts.dns.Addr.String()
 	fmt.Fprintf(w, "$ postern run --policy %s --resolver %s -- sh %s\n\n", show(pol), resolver, show(agent))
 	runEnv := append(env,
