@@ -586,7 +586,8 @@ Host bastion
 func TestRemoteControllerKilledLeavesNothing(t *testing.T) {
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
-	marker := fmt.Sprintf("%d.%d", time.Now().UnixNano()%1000, os.Getpid()%1000)
+	// sleep takes 300.NNNNNN: a number that names this run alone.
+	marker := fmt.Sprintf("%03d%03d", time.Now().UnixNano()%1000, os.Getpid()%1000)
 	cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sleep", "300."+marker)
 	cmd.Env = r.C.env()
 	var stderr bytes.Buffer
@@ -594,13 +595,16 @@ func TestRemoteControllerKilledLeavesNothing(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	pattern := "sleep 300." + marker
-	waitUntil(t, 20*time.Second, "the remote run to start", func() bool { return pgrep(t, pattern) })
+	pattern := "^(\\S*/)?sleep 300." + marker + "$" // the run itself, not the controller whose arguments name it
+	var pids []int
+	waitUntil(t, 20*time.Second, "the remote run to start", func() bool { pids = pgrepPids(t, pattern); return len(pids) > 0 })
+	namespaces := runNamespaces(t, pids[0], r.Remote.cmd.Process.Pid)
 	cmd.Process.Kill()
 	cmd.Wait()
 	killed := time.Now()
 	waitUntil(t, 5*time.Second, "the remote run to be gone after the controller was killed", func() bool { return !pgrep(t, pattern) })
-	t.Logf("remote run gone %s after the controller was killed", time.Since(killed).Round(time.Millisecond))
+	waitUntil(t, 5*time.Second-time.Since(killed), "nothing to hold the run's namespaces", func() bool { return len(nsHolders(namespaces)) == 0 })
+	t.Logf("remote run and its namespaces gone %s after the controller was killed", time.Since(killed).Round(time.Millisecond))
 	waitUntil(t, 5*time.Second, "the agent to be gone", func() bool { return !pgrep(t, "__agent serve") })
 	run := lastRun(t, r.C)
 	if run.State != records.StateLost {
