@@ -23,13 +23,13 @@ const HashCacheName = "postern.sha256"
 
 // fileKey identifies one state of a file.
 type fileKey struct {
-	Dev, Ino            uint64
+	Dev, Ino           uint64
 	Size, Mtime, Ctime int64
 }
 
 func keyOf(st *unix.Stat_t) fileKey {
 	return fileKey{
-		Dev: st.Dev, Ino: st.Ino, Size: st.Size,
+		Dev: uint64(st.Dev), Ino: uint64(st.Ino), Size: st.Size,
 		Mtime: st.Mtim.Sec*1e9 + st.Mtim.Nsec,
 		Ctime: st.Ctim.Sec*1e9 + st.Ctim.Nsec,
 	}
