@@ -62,7 +62,7 @@ type Refusal struct {
 	// AtRunTime is set when the measurement said yes but the machine refused the
 	// wall when the run was being raised.
 	AtRunTime string
-	Needs      []string
+	Needs     []string
 	// Missing are the needed rungs that were not measured yes, each with what the
 	// measurement said and its remedy.
 	Missing []MissingRung
