@@ -18,8 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/postern-dev/postern/carry/container"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/testhosts"
@@ -612,7 +610,7 @@ func TestContainerFlagsNeedContainer(t *testing.T) {
 func TestContainerInteractiveRunGetsATerminal(t *testing.T) {
 	ctrSetup(t)
 	home := ctrHomeCopy(t)
-	master, slave := ctrOpenPTY(t, 27, 93)
+	master, slave := openPTY(t, 27, 93)
 	cmd := exec.Command(ctrBin, "run", "--container", ctrImage, "--", "sh", "-c", `tty; stty size; echo "TERM=$TERM"; exit 6`)
 	cmd.Env = append(ctrEnv(), "POSTERN_HOME="+home, "TERM=xterm-test")
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
@@ -648,30 +646,4 @@ func TestContainerInteractiveRunGetsATerminal(t *testing.T) {
 	if !strings.Contains(text, "/dev/pts/") || !strings.Contains(text, "27 93") || !strings.Contains(text, "TERM=xterm-test") {
 		t.Errorf("the run did not see a terminal of 27x93 with TERM: %q", text)
 	}
-}
-
-// ctrOpenPTY opens a pseudo-terminal of rows x cols.
-func ctrOpenPTY(t *testing.T, rows, cols uint16) (master, slave *os.File) {
-	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY|syscall.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { m.Close() })
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
-	if err := unix.IoctlSetWinsize(int(s.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
-		t.Fatal(err)
-	}
-	return m, s
 }

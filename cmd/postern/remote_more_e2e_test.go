@@ -40,25 +40,7 @@ type ptyProc struct {
 // startOnPTY runs the built postern as c with args on a new terminal of rows x cols.
 func (c *controller) startOnPTY(t *testing.T, rows, cols uint16, args ...string) *ptyProc {
 	t.Helper()
-	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { master.Close() })
-	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
-		t.Fatal(err)
-	}
+	master, slave := openPTY(t, rows, cols)
 	p := &ptyProc{master: master, waited: make(chan struct{}), read: make(chan struct{})}
 	p.cmd = exec.Command(posternBin, args...)
 	p.cmd.Env = append(c.env(), "TERM=xterm-remote-test")

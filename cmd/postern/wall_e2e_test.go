@@ -1164,25 +1164,7 @@ func TestWallInteractiveRunGetsATerminal(t *testing.T) {
 // side (to type keys). It returns everything printed and postern's status.
 func (p poster) inTerminal(t *testing.T, rows, cols uint16, script string, onReady func(master *os.File)) (string, int) {
 	t.Helper()
-	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer master.Close()
-	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := unix.IoctlSetWinsize(int(master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: rows, Col: cols}); err != nil {
-		t.Fatal(err)
-	}
+	master, slave := openPTY(t, rows, cols)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := p.command(ctx, "run", "--", "sh", "-c", script)
@@ -1230,7 +1212,7 @@ func (p poster) inTerminal(t *testing.T, rows, cols uint16, script string, onRea
 			t.Errorf("the run never printed READY")
 		}
 	}
-	err = <-waited
+	err := <-waited
 	select {
 	case <-readDone:
 	case <-time.After(5 * time.Second):
@@ -1447,22 +1429,7 @@ func TestWallStdoutTerminalIsNotReadable(t *testing.T) {
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
-	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer master.Close()
-	if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	slave, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
+	master, slave := openPTY(t, 24, 80)
 	// Keys the person typed, waiting on their terminal.
 	if _, err := master.Write([]byte("SECRET-KEYS\n")); err != nil {
 		t.Fatal(err)
