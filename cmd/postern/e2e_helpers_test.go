@@ -385,18 +385,9 @@ var (
 
 func newE2ELab(t *testing.T) *e2eLab {
 	t.Helper()
-	testhosts.RequireRoot(t)
+	lab := testhosts.NewTestLab(t, "e2e")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	lab, err := testhosts.NewLab(ctx, "e2e")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Errorf("close lab: %v", err)
-		}
-	})
 	l := &e2eLab{Lab: lab}
 	for _, hp := range []struct {
 		h    **testhosts.Host
@@ -423,6 +414,7 @@ func newE2ELab(t *testing.T) *e2eLab {
 	for _, n := range otherNames {
 		answers[n] = []netip.Addr{l.Other.Addr}
 	}
+	var err error
 	l.DNS, err = l.NS.ServeDNS(53, answers)
 	if err != nil {
 		t.Fatal(err)

@@ -274,18 +274,9 @@ type remoteLab struct {
 
 func newRemoteLab(t testing.TB) *remoteLab {
 	t.Helper()
-	testhosts.RequireRoot(t)
+	lab := testhosts.NewTestLab(t, "remote")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	lab, err := testhosts.NewLab(ctx, "remote")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Errorf("close lab: %v", err)
-		}
-	})
 	r := &remoteLab{Lab: lab, C: newController(t)}
 	remote, err := lab.Host(ctx, "remote")
 	if err != nil {
@@ -538,14 +529,9 @@ func fingerprint(t testing.TB, pub string) string {
 }
 
 func TestRemoteProxyJump(t *testing.T) {
-	testhosts.RequireRoot(t)
+	lab := testhosts.NewTestLab(t, "jump")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	lab, err := testhosts.NewLab(ctx, "jump")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lab.Close() })
 	c := newController(t)
 	jh, err := lab.Host(ctx, "jump")
 	if err != nil {

@@ -411,14 +411,9 @@ func alive(pid int) bool {
 // (they stay unmeasured, and runs on them are refused), rejects a bad inventory
 // with the place of the mistake, and measures every machine at once.
 func TestRemoteInventoryImportAndProbeAll(t *testing.T) {
-	testhosts.RequireRoot(t)
+	lab := testhosts.NewTestLab(t, "inv")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	lab, err := testhosts.NewLab(ctx, "inv")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lab.Close() })
 	c := newController(t)
 	hosts := map[string]*sshHost{}
 	for _, name := range []string{"alpha", "beta"} {
@@ -587,14 +582,9 @@ func startSSHAgent(t *testing.T, key string) string {
 // TestRemoteSSHAgent logs in with a key that only the ssh agent holds: no
 // IdentityFile in the config and no key file in ~/.ssh.
 func TestRemoteSSHAgent(t *testing.T) {
-	testhosts.RequireRoot(t)
+	lab := testhosts.NewTestLab(t, "agent")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	lab, err := testhosts.NewLab(ctx, "agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { lab.Close() })
 	c := newController(t)
 	h, err := lab.Host(ctx, "far")
 	if err != nil {

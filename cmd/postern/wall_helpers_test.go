@@ -537,20 +537,12 @@ type wallLab struct {
 
 func newWallLab(t *testing.T) *wallLab {
 	t.Helper()
-	testhosts.RequireRoot(t)
+	lab := testhosts.NewTestLab(t, "wall")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	lab, err := testhosts.NewLab(ctx, "wall")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Errorf("close lab: %v", err)
-		}
-	})
 	l := &wallLab{Lab: lab, Hits: &hitLog{}, UDP: &packetLog{}, ICMP: &packetLog{},
 		Fresh: "fresh-" + randHex(4) + ".web.test", CA: lab.CAFile(), Probe: wallprobe(t)}
+	var err error
 	for _, hp := range []struct {
 		h    **testhosts.Host
 		name string
