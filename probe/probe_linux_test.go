@@ -4,20 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/internal/testhosts"
 )
 
-const asUserEnv = "POSTERN_TEST_AS_USER"
+const asUserEnv = testhosts.AsUserEnv
 
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
@@ -103,18 +101,7 @@ func TestRunWhereUsernsIsRefused(t *testing.T) {
 		}
 		return
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("unshare", "--user", "--map-root-user", "sh", "-c",
-		`echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -test.run '^TestRunWhereUsernsIsRefused$' -test.v`, self)
-	cmd.Env = append(os.Environ(), "POSTERN_TEST_NO_USERNS=1", "POSTERN_REQUIRE_PRIVILEGED=1")
-	out, err := cmd.CombinedOutput()
-	t.Logf("%s", out)
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestRunWhereUsernsIsRefused") {
-		t.Fatalf("nested run: %v", err)
-	}
+	testhosts.RerunWithoutUserns(t, "TestRunWhereUsernsIsRefused")
 }
 
 func TestRunUnprivileged(t *testing.T) {
@@ -124,58 +111,5 @@ func TestRunUnprivileged(t *testing.T) {
 	if os.Geteuid() != 0 {
 		requireRoot(t)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "postern-probe-unpriv-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	const nobody = 65534
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "probe.test")
-	if err := copyFile(self, bin); err != nil {
-		t.Fatal(err)
-	}
-	home := filepath.Join(dir, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(home, nobody, nobody); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run", "^(TestRunMeasuresThisMachine|TestRunWhereUsernsIsRefused)$", "-test.v", "-test.count=1")
-	cmd.Dir = home
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" + home, "TMPDIR=" + home,
-		asUserEnv + "=1", "POSTERN_REQUIRE_PRIVILEGED=1"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	out, err := cmd.CombinedOutput()
-	t.Logf("as uid %d:\n%s", nobody, out)
-	if err != nil {
-		t.Fatalf("the probe tests as uid %d failed: %v", nobody, err)
-	}
-	if strings.Contains(string(out), "--- SKIP") || !strings.Contains(string(out), "--- PASS: TestRunMeasuresThisMachine") {
-		t.Fatal("the unprivileged run did not measure every rung")
-	}
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	testhosts.RerunAsNobody(t, "^(TestRunMeasuresThisMachine|TestRunWhereUsernsIsRefused)$", "TestRunMeasuresThisMachine")
 }

@@ -23,11 +23,12 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/internal/testhosts"
 )
 
 // asUserEnv is set when TestWallUnprivileged re-runs this binary as an
 // unprivileged uid: the wall tests then run without root, as the product does.
-const asUserEnv = "POSTERN_TEST_AS_USER"
+const asUserEnv = testhosts.AsUserEnv
 
 // fakeIP is what the test DNS answers for every name.
 const fakeIP = "198.18.0.7"
@@ -665,18 +666,7 @@ func TestRaiseRefusesWithRemedy(t *testing.T) {
 		t.Logf("refusal reads: %v", err)
 		return
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("unshare", "--user", "--map-root-user", "sh", "-c",
-		`echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -test.run '^TestRaiseRefusesWithRemedy$' -test.v`, self)
-	cmd.Env = append(os.Environ(), "POSTERN_TEST_NO_USERNS=1", "POSTERN_REQUIRE_PRIVILEGED=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestRaiseRefusesWithRemedy") {
-		t.Fatalf("nested run: %v\n%s", err, out)
-	}
-	t.Logf("%s", out)
+	testhosts.RerunWithoutUserns(t, "TestRaiseRefusesWithRemedy")
 }
 
 func TestWallUnprivileged(t *testing.T) {
@@ -687,63 +677,5 @@ func TestWallUnprivileged(t *testing.T) {
 		// Not root: TestWall itself is the unprivileged run when userns allows it.
 		requireRoot(t)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, err := os.MkdirTemp("", "postern-wall-unpriv-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "netwall.test")
-	if err := copyFile(self, bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	const nobody = 65534
-	home := filepath.Join(dir, "home")
-	if err := os.Mkdir(home, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(home, nobody, nobody); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, "-test.run", "^(TestWall|TestRaiseRefusesWithRemedy)$", "-test.v", "-test.count=1")
-	cmd.Dir = home
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" + home, "TMPDIR=" + home,
-		asUserEnv + "=1", "POSTERN_REQUIRE_PRIVILEGED=1"}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-	out, err := cmd.CombinedOutput()
-	t.Logf("as uid %d:\n%s", nobody, out)
-	if err != nil {
-		t.Fatalf("the wall tests as uid %d failed: %v", nobody, err)
-	}
-	for _, want := range []string{"--- PASS: TestWall ", "--- PASS: TestRaiseRefusesWithRemedy "} {
-		if !strings.Contains(string(out), want) {
-			t.Fatalf("the unprivileged run lacks %q", want)
-		}
-	}
-	if strings.Contains(string(out), "--- SKIP") {
-		t.Fatal("the unprivileged run skipped tests")
-	}
-}
-
-func copyFile(src, dst string, mode os.FileMode) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	testhosts.RerunAsNobody(t, "^(TestWall|TestRaiseRefusesWithRemedy)$", "TestWall", "TestRaiseRefusesWithRemedy")
 }

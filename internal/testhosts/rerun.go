@@ -1,0 +1,107 @@
+package testhosts
+
+import (
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// Nobody is the unprivileged uid and gid tests run as.
+const Nobody = 65534
+
+// AsUserEnv is set to 1 in the environment of a test binary RerunAsNobody
+// starts, so the tests that start it can tell they are the rerun.
+const AsUserEnv = "POSTERN_TEST_AS_USER"
+
+// RerunAsNobody runs the running test binary's tests matching pattern again as
+// uid Nobody, from a copy that user can execute, with a home of its own. It
+// fails t if the rerun fails, skips any test, or lacks a PASS line for each of
+// wantPass, and returns its output.
+func RerunAsNobody(t testing.TB, pattern string, wantPass ...string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "postern-as-nobody-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, filepath.Base(self))
+	if err := copyExecutable(self, bin); err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(dir, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(home, Nobody, Nobody); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-test.run", pattern, "-test.v", "-test.count=1")
+	cmd.Dir = home
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" + home, "TMPDIR=" + home,
+		AsUserEnv + "=1", "POSTERN_REQUIRE_PRIVILEGED=1"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: Nobody, Gid: Nobody}}
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	t.Logf("as uid %d:\n%s", Nobody, out)
+	if err != nil {
+		t.Fatalf("the tests as uid %d failed: %v", Nobody, err)
+	}
+	if strings.Contains(out, "--- SKIP") {
+		t.Fatalf("the run as uid %d skipped tests", Nobody)
+	}
+	for _, name := range wantPass {
+		if !strings.Contains(out, "--- PASS: "+name+" ") {
+			t.Fatalf("the run as uid %d lacks a pass of %s", Nobody, name)
+		}
+	}
+	return out
+}
+
+// RerunWithoutUserns runs the running test binary's test name again inside a
+// user namespace whose user.max_user_namespaces is 0, with
+// POSTERN_TEST_NO_USERNS=1 so the test knows, and fails t unless it passes.
+func RerunWithoutUserns(t testing.TB, name string) string {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("unshare", "--user", "--map-root-user", "sh", "-c",
+		`echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -test.run "^$1\$" -test.v`, self, name)
+	cmd.Env = append(os.Environ(), "POSTERN_TEST_NO_USERNS=1", "POSTERN_REQUIRE_PRIVILEGED=1")
+	b, err := cmd.CombinedOutput()
+	out := string(b)
+	t.Logf("%s", out)
+	if err != nil || !strings.Contains(out, "--- PASS: "+name) {
+		t.Fatalf("nested run of %s without user namespaces: %v", name, err)
+	}
+	return out
+}
+
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
