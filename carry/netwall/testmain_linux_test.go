@@ -7,14 +7,19 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Hidden entry points of the test binary, which Raise re-executes as Self.
 const (
 	testDialArg = "__test-dial" // dial network addr, print what happened
+	testFdsArg  = "__test-fds"  // print the open descriptors, opening none
 )
 
 func TestMain(m *testing.M) {
@@ -31,6 +36,8 @@ func TestMain(m *testing.M) {
 				os.Exit(127)
 			}
 			os.Exit(126)
+		case testFdsArg:
+			os.Exit(testFds())
 		case testDialArg:
 			os.Exit(testDial(os.Args[2], os.Args[3]))
 		}
@@ -66,4 +73,24 @@ func testDial(network, addr string) int {
 		fmt.Println("error:", err)
 		return 2
 	}
+}
+
+// testFds prints the descriptors the process inherited, found by asking the
+// kernel about each number rather than by listing /proc/self/fd, which would
+// add one. The Go runtime's own (its poller's) are close-on-exec; nothing
+// that crossed exec is.
+func testFds() int {
+	var lim unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+		fmt.Println(err)
+		return 1
+	}
+	var open []string
+	for fd := 0; fd < int(lim.Cur); fd++ {
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			open = append(open, strconv.Itoa(fd))
+		}
+	}
+	fmt.Println(strings.Join(open, " "))
+	return 0
 }

@@ -564,10 +564,15 @@ func TestWall(t *testing.T) {
 		}
 		unix.Close(fd)
 		defer unix.Close(leaked)
-		r := runWalled(t, nil, "sh", "-c", fmt.Sprintf(`ls /proc/$$/fd | tr '\n' ' '; echo; `+
-			`if touch /proc/$$/fd/%d/planted 2>/dev/null; then echo PLANTED; fi`, leaked))
+		// The command counts its descriptors without opening one: a shell
+		// listing /proc/$$/fd would see its own pipes and saved redirections.
+		r := runWalled(t, nil, "/proc/self/exe", testFdsArg)
 		if r.stdout != "0 1 2" {
 			t.Errorf("the command's descriptors: %q, want 0 1 2", r.stdout)
+		}
+		r = runWalled(t, nil, "sh", "-c", fmt.Sprintf(`touch /proc/$$/fd/%d/planted 2>/dev/null && echo PLANTED`, leaked))
+		if strings.Contains(r.stdout, "PLANTED") {
+			t.Errorf("the run wrote through inherited descriptor %d", leaked)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "planted")); err == nil {
 			t.Errorf("the run wrote into %s through an inherited descriptor", dir)
