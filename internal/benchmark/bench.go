@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,13 +67,16 @@ func (c *Config) defaults() {
 // PathResult is everything measured on one path.
 type PathResult struct {
 	Name       string
-	Err        string // why the path was not (fully) measured
-	Throughput float64
-	LatP50     time.Duration
-	LatP99     time.Duration
-	RPS        float64
-	RPSErrors  int
-	Idle       *idleResult
+	Err        string  // why the path was not (fully) measured
+	Throughput float64 // bytes per second, median of the rounds
+	// ThroughputRatio is the median of the rounds' ratios to the direct
+	// path's throughput in the same round; 0 when either path failed.
+	ThroughputRatio float64
+	LatP50          time.Duration
+	LatP99          time.Duration
+	RPS             float64
+	RPSErrors       int
+	Idle            *idleResult
 }
 
 // Report is one run's results.
@@ -188,25 +192,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	for _, p := range paths {
+	results := make([]PathResult, len(paths))
+	errs := make([][]string, len(paths))
+	for i, p := range paths {
+		results[i].Name = p.Name
+	}
+	if err := interleaved(ctx, log, cfg, paths, results, errs); err != nil {
+		return nil, err
+	}
+	for i, p := range paths {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		res := PathResult{Name: p.Name}
-		var errs []string
-		log.Info("throughput", "path", p.Name, "bytes", cfg.BulkBytes, "runs", cfg.BulkRuns)
-		if res.Throughput, err = throughput(ctx, p, cfg.BulkBytes, cfg.BulkRuns); err != nil {
-			errs = append(errs, err.Error())
-		}
-		log.Info("setup latency", "path", p.Name, "samples", cfg.LatencySamples)
-		if lat, err := setupLatency(ctx, p, cfg.LatencySamples); err != nil {
-			errs = append(errs, err.Error())
-		} else {
-			res.LatP50, res.LatP99 = percentile(lat, 0.50), percentile(lat, 0.99)
-		}
+		res := results[i]
 		log.Info("keep-alive requests", "path", p.Name, "duration", cfg.RPSDuration, "conns", cfg.RPSConns)
 		if res.RPS, res.RPSErrors, err = keepAliveRPS(ctx, p, dir, cfg.RPSDuration, cfg.RPSConns); err != nil {
-			errs = append(errs, err.Error())
+			errs[i] = append(errs[i], err.Error())
 		}
 		if !p.direct() {
 			log.Info("idle tunnels", "path", p.Name, "tunnels", cfg.IdleTunnels)
@@ -219,18 +220,78 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 				return idleTunnels(ctx, p, cfg.IdleTunnels, 64)
 			}()
 			if err != nil {
-				errs = append(errs, err.Error())
+				errs[i] = append(errs[i], err.Error())
 			} else {
 				res.Idle = &idle
 			}
 			// Let the tunnels' sockets close before the next proxy starts.
 			time.Sleep(2 * time.Second)
 		}
-		res.Err = strings.Join(errs, "; ")
+		res.Err = strings.Join(errs[i], "; ")
 		rep.Paths = append(rep.Paths, res)
 	}
 	rep.Elapsed = time.Since(started)
 	return rep, nil
+}
+
+// interleaved measures bulk throughput and connection setup in rounds that
+// each visit every path once, starting one path further on each round, so a
+// change in the machine's load during the run falls on every path alike
+// rather than on whichever was measured at the time. A path's throughput
+// ratio is the median of its per-round ratios to the direct path.
+func interleaved(ctx context.Context, log *slog.Logger, cfg Config, paths []*path, results []PathResult, errs [][]string) error {
+	rounds := cfg.BulkRuns
+	perRound := max(cfg.LatencySamples/rounds, 1)
+	rates := make([][]float64, len(paths))
+	lats := make([][]time.Duration, len(paths))
+	failed := make([]bool, len(paths))
+	for r := 0; r < rounds; r++ {
+		log.Info("throughput and setup latency", "round", r+1, "of", rounds, "bytes", cfg.BulkBytes, "samples", perRound)
+		for k := range paths {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			i := (r + k) % len(paths)
+			if failed[i] {
+				continue
+			}
+			p := paths[i]
+			rate, err := throughput(ctx, p, cfg.BulkBytes, 1)
+			if err == nil {
+				var lat []time.Duration
+				lat, err = setupLatency(ctx, p, perRound)
+				lats[i] = append(lats[i], lat...)
+			}
+			if err != nil {
+				errs[i] = append(errs[i], err.Error())
+				failed[i] = true
+				continue
+			}
+			rates[i] = append(rates[i], rate)
+		}
+	}
+	for i := range paths {
+		res := &results[i]
+		if len(rates[i]) > 0 {
+			res.Throughput = median(rates[i])
+		}
+		if !failed[0] && !failed[i] {
+			ratios := make([]float64, len(rates[i]))
+			for r := range ratios {
+				ratios[r] = rates[i][r] / rates[0][r]
+			}
+			res.ThroughputRatio = median(ratios)
+		}
+		slices.Sort(lats[i])
+		res.LatP50, res.LatP99 = percentile(lats[i], 0.50), percentile(lats[i], 0.99)
+	}
+	return nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 func skipped(skip []string, name string) bool {
