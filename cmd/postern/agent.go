@@ -23,6 +23,7 @@ func init() {
 		Use:  "serve",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			leaveCoresToTheRun() // a run's door serves from this process
 			out, logw, err := protocolStreams()
 			if err != nil {
 				return err

@@ -35,6 +35,7 @@ stdout as one JSON event per line. Logs go to stderr. SIGTERM or SIGINT stops
 accepting and lets open connections drain.`,
 	Args: cobra.NoArgs,
 	RunE: func(cmd *cobra.Command, _ []string) error {
+		leaveCoresToTheRun()
 		if doorFlags.policy == "" {
 			return &exitError{code: 2, err: fmt.Errorf("--policy is required: the door judges by a policy file (see examples/policies)")}
 		}

@@ -51,6 +51,9 @@ postern's exit status is the run's.`,
 			if err != nil {
 				return err
 			}
+			if spec.Machine == "local" {
+				leaveCoresToTheRun() // the door serves from this process
+			}
 			sigs := make(chan os.Signal, 8)
 			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 				syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
