@@ -273,6 +273,8 @@ func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request,
 	}
 	upN, downN, denied := d.pipe(c, up, pre, func(fb firstBytes, herr error) bool {
 		return d.judgeHead(id, "connect", c, j, fb, herr, headRules{})
+	}, func(head []byte) (int64, int64) {
+		return d.servePinnedHTTP(ctx, c, up, addr, j, id, "connect", head)
 	})
 	reason := "closed"
 	if denied {
@@ -332,10 +334,13 @@ type httpForwarder struct {
 	// server may close it while it waits for the next request.
 	upUsed bool
 
-	// pinned is set on the transparent side: every request on the connection
-	// must name the host it was admitted for, and goes to that host only.
-	pinned   *Judgement
-	pinnedID uint64
+	// pinned is set for plain HTTP on a connection admitted for one host (a
+	// CONNECT tunnel, or a redirected connection): every request on it must
+	// name that host, and goes to that host only. pinnedKind is the
+	// connection's kind in events.
+	pinned     *Judgement
+	pinnedID   uint64
+	pinnedKind string
 	// Totals over a pinned connection, for its one end event.
 	upTotal, downTotal int64
 }
@@ -350,14 +355,14 @@ func (f *httpForwarder) end(id uint64, j Judgement, up, down int64, start time.T
 	}
 }
 
-// servePinned checks one transparent-side request against the host its
+// servePinned checks one request on a pinned connection against the host the
 // connection was admitted for, then forwards it.
 func (f *httpForwarder) servePinned(ctx context.Context, req *http.Request, br *bufio.Reader) bool {
 	d, c, j := f.d, f.client, *f.pinned
 	start := time.Now()
 	what := req.Method + " " + req.RequestURI
 	if req.Method == http.MethodConnect {
-		writeStatus(c, 400, "Bad Request", "postern door: CONNECT is for the explicit proxy, not a redirected connection\n", true)
+		writeStatus(c, 400, "Bad Request", fmt.Sprintf("postern door: CONNECT is for the door itself, not for a connection already admitted to %s\n", targetString(j.Host, j.Port)), true)
 		return false
 	}
 	host := req.Host
@@ -365,7 +370,7 @@ func (f *httpForwarder) servePinned(ctx context.Context, req *http.Request, br *
 		host = hh
 	}
 	fb := firstBytes{kind: headHTTP, name: host}
-	if d.judgeHead(f.pinnedID, "transparent", c, j, fb, nil, headRules{}) {
+	if d.judgeHead(f.pinnedID, f.pinnedKind, c, j, fb, nil, headRules{}) {
 		reason := d.checkHead(j, fb, nil, headRules{})
 		writeDenied(c, reason, d.headDenyText(what, j, reason), true)
 		return false
@@ -381,6 +386,22 @@ func (f *httpForwarder) servePinned(ctx context.Context, req *http.Request, br *
 	}
 	j.Addr = f.upAddr
 	return f.forwardOrRetry(ctx, f.pinnedID, j, req, br, start)
+}
+
+// servePinnedHTTP serves plain HTTP on a connection admitted for j (a CONNECT
+// tunnel, or a redirected connection), whose upstream up is connected to
+// addr: request by request, each held to j's host. head is what the client
+// has sent so far. It returns the bytes moved each way.
+func (d *Door) servePinnedHTTP(ctx context.Context, c, up net.Conn, addr netip.Addr, j Judgement, id uint64, kind string, head []byte) (int64, int64) {
+	cr := newClientReader(ctx, c)
+	br := readerPool.Get().(*bufio.Reader)
+	br.Reset(io.MultiReader(bytes.NewReader(head), cr))
+	fw := &httpForwarder{d: d, client: c, pinned: &j, pinnedID: id, pinnedKind: kind}
+	fw.setUpstream(up, targetString(j.Host, j.Port), addr)
+	d.serveRequests(ctx, c, br, cr, fw)
+	fw.closeUpstream()
+	putReader(br)
+	return fw.upTotal, fw.downTotal
 }
 
 // setUpstream makes up the connection requests go out on.

@@ -380,3 +380,60 @@ allow = ["a.test"]
 		t.Fatalf("observe mode opened the floor: %q %s", head, body)
 	}
 }
+
+// TestConnectPlainHTTPEveryRequestPinned sends plain HTTP through a CONNECT
+// tunnel: requests for the admitted host go through on one kept-alive
+// connection, and a later request naming another host on the same tunnel is
+// refused with a 403 and never reaches the server (a vhost on the same
+// address would otherwise be reached past the policy).
+func TestConnectPlainHTTPEveryRequestPinned(t *testing.T) {
+	checkNoLeaks(t)
+	h := newHarness(t, mustPolicy(t, testPolicy), func(c *Config) {
+		c.AddHosts = map[string][]netip.Addr{"a.test": {netip.MustParseAddr("11.0.0.5")}}
+	})
+	seen := make(chan string, 8)
+	h.route("11.0.0.5", httpServer(t, "A", seen))
+	c, head, _ := connectVia(t, h.proxy, "a.test:80")
+	if !strings.HasPrefix(head, "HTTP/1.1 200") {
+		t.Fatal(head)
+	}
+	br := bufio.NewReader(c)
+	send := func(req string) (*http.Response, string) {
+		t.Helper()
+		io.WriteString(c, req)
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("read response to %q: %v", req, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	for _, path := range []string{"/one", "/two"} {
+		resp, body := send("GET " + path + " HTTP/1.1\r\nHost: a.test\r\n\r\n")
+		if resp.StatusCode != 200 || !strings.Contains(body, "hello from A: GET "+path) {
+			t.Fatalf("%s through the tunnel: %d %q", path, resp.StatusCode, body)
+		}
+		<-seen
+	}
+	resp, body := send("GET /secret HTTP/1.1\r\nHost: b.test\r\n\r\n")
+	if resp.StatusCode != 403 || !strings.Contains(body, "does not match admitted host a.test") {
+		t.Fatalf("a request for another host on the tunnel: %d %q", resp.StatusCode, body)
+	}
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("the tunnel stayed open after a request for another host")
+	}
+	select {
+	case got := <-seen:
+		t.Fatalf("the server saw the request for another host:\n%s", got)
+	default:
+	}
+	h.ev.waitFor(t, "the refusal", func(e Event) bool {
+		return e.Kind == "connect" && e.Decision == "deny" && strings.Contains(e.Reason, "b.test")
+	})
+	end := h.ev.waitFor(t, "the tunnel's end", func(e Event) bool { return e.Event == "end" && e.Kind == "connect" })
+	if end.BytesUp == 0 || end.BytesDown == 0 {
+		t.Errorf("end event without the bytes the tunnel carried: %+v", end)
+	}
+}

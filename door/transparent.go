@@ -1,11 +1,8 @@
 package door
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"time"
@@ -91,15 +88,8 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 	if peeked && fb.kind == headHTTP && herr == nil {
 		// Plain HTTP: every request on the connection is held to the admitted
 		// host, not just the first.
-		cr := newClientReader(ctx, c)
-		br := readerPool.Get().(*bufio.Reader)
-		br.Reset(io.MultiReader(bytes.NewReader(head), cr))
-		fw := &httpForwarder{d: d, client: c, pinned: &j, pinnedID: id}
-		fw.setUpstream(up, targetString(j.Host, j.Port), addr)
-		d.serveRequests(ctx, c, br, cr, fw)
-		fw.closeUpstream()
-		putReader(br)
-		d.emitEnd(id, "transparent", j, fw.upTotal, fw.downTotal, start, "closed")
+		upN, downN = d.servePinnedHTTP(ctx, c, up, addr, j, id, "transparent", head)
+		d.emitEnd(id, "transparent", j, upN, downN, start, "closed")
 		return
 	}
 	if peeked {
@@ -116,6 +106,8 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 	} else {
 		upN, downN, denied = d.pipe(c, up, nil, func(fb firstBytes, herr error) bool {
 			return d.judgeHead(id, "transparent", c, j, fb, herr, rules)
+		}, func(head []byte) (int64, int64) {
+			return d.servePinnedHTTP(ctx, c, up, addr, j, id, "transparent", head)
 		})
 	}
 	reason := "closed"

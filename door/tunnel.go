@@ -242,28 +242,93 @@ func (d *Door) checkHead(j Judgement, fb firstBytes, herr error, rules headRules
 // first bytes are read and checked before any of them reach the upstream. It
 // returns the bytes moved each way, and a deny reason if the first bytes were
 // refused (then nothing of the client's reached the upstream).
-func (d *Door) pipe(client, upstream net.Conn, pre []byte, onHead func(firstBytes, error) (deny bool)) (up, down int64, denied bool) {
-	downc := make(chan int64, 1)
-	go func() { downc <- pump(client, upstream) }()
+//
+// When the client's first bytes are an HTTP request and the server has not
+// spoken, the connection is handed to onHTTP (if not nil) with those bytes,
+// to be served request by request: a tunnel that stayed a byte pipe after its
+// first request would let a later request on it name any host.
+func (d *Door) pipe(client, upstream net.Conn, pre []byte, onHead func(firstBytes, error) (deny bool), onHTTP func(head []byte) (up, down int64)) (up, down int64, denied bool) {
+	dp := startDownPump(client, upstream)
 
 	head, fb, herr := readHead(client, pre, time.Time{})
 	if head == nil && herr != nil && !errors.Is(herr, errNoHead) {
 		// The client closed or failed before sending anything: pass that on.
 		closeWrite(upstream)
-		return 0, <-downc, false
+		return 0, dp.wait(), false
 	}
 	if onHead(fb, herr) {
 		client.Close()
 		upstream.Close()
-		return 0, <-downc, true
+		return 0, dp.wait(), true
+	}
+	if onHTTP != nil && fb.kind == headHTTP && herr == nil && dp.stop() {
+		up, down = onHTTP(head)
+		return up, down, false
 	}
 	if _, err := upstream.Write(head); err != nil {
 		client.Close()
 		upstream.Close()
-		return 0, <-downc, false
+		return 0, dp.wait(), false
 	}
 	up = int64(len(head))
 	head = nil
 	up += pump(upstream, client)
-	return up, <-downc, false
+	return up, dp.wait(), false
+}
+
+// downPump relays a tunnel's upstream to its client once the upstream has
+// something to say. Until then it holds nothing, and stop can still take the
+// upstream back for the caller.
+type downPump struct {
+	client, upstream net.Conn
+	done             chan int64
+
+	mu    sync.Mutex
+	state int // downWaiting, downPumping or downStopped
+}
+
+const (
+	downWaiting = iota
+	downPumping
+	downStopped
+)
+
+func startDownPump(client, upstream net.Conn) *downPump {
+	dp := &downPump{client: client, upstream: upstream, done: make(chan int64, 1)}
+	go dp.run()
+	return dp
+}
+
+func (dp *downPump) run() {
+	// An error here (the upstream ended, or failed) is the pump's to report,
+	// unless stop interrupted the wait.
+	waitReadable(dp.upstream)
+	dp.mu.Lock()
+	if dp.state == downStopped {
+		dp.mu.Unlock()
+		dp.done <- 0
+		return
+	}
+	dp.state = downPumping
+	dp.mu.Unlock()
+	dp.done <- pump(dp.client, dp.upstream)
+}
+
+// wait returns the bytes the pump moved, once it has ended.
+func (dp *downPump) wait() int64 { return <-dp.done }
+
+// stop takes the upstream back if the server has not spoken yet, and reports
+// whether it did; whatever the server sends afterwards stays unread.
+func (dp *downPump) stop() bool {
+	dp.mu.Lock()
+	if dp.state != downWaiting {
+		dp.mu.Unlock()
+		return false
+	}
+	dp.state = downStopped
+	dp.mu.Unlock()
+	dp.upstream.SetReadDeadline(aLongTimeAgo)
+	<-dp.done
+	dp.upstream.SetReadDeadline(time.Time{})
+	return true
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -338,6 +340,24 @@ func TestDoorRefusesPortSmuggling(t *testing.T) {
 	if !strings.Contains(ev.Reason, "http host evil.test does not match") {
 		t.Fatalf("event %+v", ev)
 	}
+	// A later request on a tunnel whose first request was for the admitted
+	// host is held to that host too: curl keeps the tunnel between the two.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	wo := "%{http_code} %{num_connects}\n"
+	cmd := exec.CommandContext(ctx, "curl", "-sS", "--max-time", "10", "-p", "--proxy", proxyURL(d), "-o", "/dev/null", "-w", wo, "http://web.test/first",
+		"--next", "-sS", "--max-time", "10", "-p", "--proxy", proxyURL(d), "-o", "/dev/null", "-w", wo, "-H", "Host: evil.test", "http://web.test/second")
+	cmd.Env = curlEnv()
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("curl, two requests on one tunnel: %v\n%s", err, out)
+	}
+	if got := strings.Fields(string(out)); len(got) != 4 || got[0] != "200" || got[2] != "403" || got[3] != "0" {
+		t.Fatalf("two requests on one tunnel, the second for another host: %q, want 200 then 403 on the same connection", out)
+	}
+	d.waitEvent(t, "the second request's refusal", func(ev door.Event) bool {
+		return ev.Event == "decision" && ev.Kind == "connect" && ev.Decision == "deny" && strings.Contains(ev.Reason, "http host evil.test does not match")
+	})
 	for _, ev := range d.Events() {
 		if ev.Event == "decision" && ev.Decision == "allow" && (ev.Port == 22 || strings.Contains(ev.Host, "evil")) {
 			t.Fatalf("smuggled destination admitted: %+v", ev)
