@@ -35,7 +35,8 @@ type Config struct {
 	RPSConns    int
 	// IdleTunnels held open at once per proxy (default 10000).
 	IdleTunnels int
-	// Skip names proxies not to run ("squid", "tinyproxy", "door").
+	// Skip names proxies not to run ("squid", "tinyproxy", "door",
+	// "baseline").
 	Skip   []string
 	Logger *slog.Logger
 }
@@ -161,6 +162,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}},
 		{"squid", func() (*proxyProc, error) { return startSquid(ctx, dir, dns.Addr.Addr().String()) }},
 		{"tinyproxy", func() (*proxyProc, error) { return startTinyproxy(ctx, dir) }},
+		{"baseline", func() (*proxyProc, error) { return startBaseline(ctx) }},
 	}
 	for _, pl := range plan {
 		if !skipped(cfg.Skip, pl.name) {
@@ -186,8 +188,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			}
 			defer pp.Close()
 			p.proxy = pp
-			if p.Name == "door" {
+			switch p.Name {
+			case "door":
 				p.Name = "postern door"
+			case "baseline":
+				p.Name = baselineName
+				p.connectOnly = true
 			}
 		}
 	}
@@ -205,6 +211,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		res := results[i]
+		if p.connectOnly {
+			rep.Paths = append(rep.Paths, res)
+			continue
+		}
 		log.Info("keep-alive requests", "path", p.Name, "duration", cfg.RPSDuration, "conns", cfg.RPSConns)
 		if res.RPS, res.RPSErrors, err = keepAliveRPS(ctx, p, dir, cfg.RPSDuration, cfg.RPSConns); err != nil {
 			errs[i] = append(errs[i], err.Error())

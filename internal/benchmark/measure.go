@@ -31,6 +31,8 @@ import (
 type path struct {
 	Name  string
 	proxy *proxyProc // nil: direct
+	// connectOnly paths serve CONNECT alone: no keep-alive or idle rows.
+	connectOnly bool
 
 	bulk, echo, web netip.AddrPort
 	idle            netip.AddrPort // served by the echo child during the idle test

@@ -21,6 +21,14 @@ import (
 )
 
 func main() {
+	if benchmark.BaselineRequested() {
+		// Started by a run as the baseline proxy.
+		if err := benchmark.ServeBaseline(); err != nil {
+			fmt.Fprintln(os.Stderr, "postern-bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if benchmark.ChildRequested() {
 		// Started by a run as its upstream echo server inside a test host.
 		if err := benchmark.ServeChild(context.Background()); err != nil {
@@ -38,7 +46,7 @@ func main() {
 	flag.StringVar(&cfg.Postern, "postern", "", "built postern binary (default: build ./cmd/postern from the working directory)")
 	flag.BoolVar(&quick, "quick", false, "small run: 64 MiB × 3 bulk, 300 setup samples, 2s wrk, 1000 idle tunnels")
 	flag.IntVar(&cfg.IdleTunnels, "tunnels", 0, "idle tunnels per proxy (default 10000)")
-	flag.StringVar(&skip, "skip", "", "comma-separated proxies not to run: door, squid, tinyproxy")
+	flag.StringVar(&skip, "skip", "", "comma-separated proxies not to run: door, squid, tinyproxy, baseline")
 	flag.StringVar(&out, "out", "", "also write the markdown to this file")
 	flag.Parse()
 	if quick {
