@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -276,6 +277,21 @@ func httpServer(t testing.TB, name string, seen chan<- string) string {
 			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s", len(body), body)
 		}
 	})
+}
+
+// roundTrip writes the request req on c and reads the response from br (a
+// reader of c), with its whole body.
+func roundTrip(t testing.TB, c net.Conn, br *bufio.Reader, req string) (*http.Response, string) {
+	t.Helper()
+	io.WriteString(c, req)
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("read response to %q: %v", req, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
 }
 
 // connectVia opens a CONNECT tunnel through the proxy and returns the

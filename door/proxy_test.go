@@ -172,15 +172,8 @@ func TestHTTPKeepAliveTwoHosts(t *testing.T) {
 	br := bufio.NewReader(c)
 	send := func(req string) *http.Response {
 		t.Helper()
-		io.WriteString(c, req)
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("read response to %q: %v", req, err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		resp.Header.Set("X-Body", string(b))
+		resp, body := roundTrip(t, c, br, req)
+		resp.Header.Set("X-Body", body)
 		return resp
 	}
 	r1 := send("GET http://a.test/one?x=1 HTTP/1.1\r\nHost: a.test\r\nProxy-Connection: keep-alive\r\nProxy-Authorization: Basic c2VjcmV0\r\nConnection: X-Drop\r\nX-Drop: 1\r\nUser-Agent: t\r\n\r\n")
@@ -400,15 +393,7 @@ func TestConnectPlainHTTPEveryRequestPinned(t *testing.T) {
 	br := bufio.NewReader(c)
 	send := func(req string) (*http.Response, string) {
 		t.Helper()
-		io.WriteString(c, req)
-		c.SetReadDeadline(time.Now().Add(5 * time.Second))
-		resp, err := http.ReadResponse(br, nil)
-		if err != nil {
-			t.Fatalf("read response to %q: %v", req, err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(b)
+		return roundTrip(t, c, br, req)
 	}
 	for _, path := range []string{"/one", "/two"} {
 		resp, body := send("GET " + path + " HTTP/1.1\r\nHost: a.test\r\n\r\n")
