@@ -4,7 +4,7 @@
 # unmeasured, and runs on them are refused until 'postern machine probe-confinement
 # NAME' (or --all) has measured them through postern's agent.
 
-# An alias from ~/.ssh/config: HostName, User, Port, IdentityFile, ProxyJump and
+# An alias from ~/.ssh/config: HostName, User, Port, IdentityFile, ProxyJump, ProxyCommand and
 # the rest come from there, as they would for 'ssh gpu1'.
 machine "gpu1" {
   ssh    = "gpu1"

@@ -171,6 +171,20 @@ func (dl *dialer) dial(ctx context.Context, d Dest, depth int) (*SSHClient, erro
 			closeAll(chain)
 			return nil, fmt.Errorf("connect to %s through jump host %s: %w", addr, h.ProxyJump, err)
 		}
+	} else if h.ProxyCommand != "" && !strings.EqualFold(h.ProxyCommand, "none") {
+		pc, err := dialProxyCommand(expandTokens(h.ProxyCommand, h, localUser(), dl.opts.Home), addr)
+		if err != nil {
+			return nil, fmt.Errorf("connect to %s: %w", d, err)
+		}
+		c, err := dl.handshake(ctx, pc, addr, conf)
+		if err != nil {
+			var hk *HostKeyError
+			if !errors.As(err, &hk) {
+				err = pc.failure(err)
+			}
+			return nil, fmt.Errorf("ssh to %s (%s): %w", d, addr, err)
+		}
+		return dl.client(c, h, nil), nil
 	} else {
 		nd := net.Dialer{Timeout: dl.opts.ConnectTimeout, KeepAlive: 30 * time.Second}
 		conn, err = nd.DialContext(ctx, "tcp", addr)
@@ -183,6 +197,12 @@ func (dl *dialer) dial(ctx context.Context, d Dest, depth int) (*SSHClient, erro
 		closeAll(chain)
 		return nil, fmt.Errorf("ssh to %s (%s): %w", d, addr, err)
 	}
+	return dl.client(c, h, chain), nil
+}
+
+// client starts the keepalives of an ssh connection to h, reached through
+// chain (jump hosts, closed with it).
+func (dl *dialer) client(c *ssh.Client, h SSHHost, chain []*ssh.Client) *SSHClient {
 	sc := &SSHClient{Client: c, Target: h, chain: chain, stop: make(chan struct{})}
 	interval := time.Duration(h.ServerAliveInterval) * time.Second
 	if interval <= 0 {
@@ -190,7 +210,7 @@ func (dl *dialer) dial(ctx context.Context, d Dest, depth int) (*SSHClient, erro
 	}
 	sc.wg.Add(1)
 	go sc.keepalive(interval)
-	return sc, nil
+	return sc
 }
 
 // dialVia reaches a jump host through the previous one.

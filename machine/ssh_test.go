@@ -88,6 +88,40 @@ Host *
 	}
 }
 
+// TestSSHConfigProxyCommand reads ProxyCommand as written (quotes, "=" and
+// all), and lets whichever of ProxyCommand and ProxyJump comes first win, as
+// OpenSSH does.
+func TestSSHConfigProxyCommand(t *testing.T) {
+	src := `
+Host cmd
+  ProxyCommand=ssh -W "%h:%p" -o 'User=x' bastion  # kept
+  ProxyJump ignored
+Host jump
+  ProxyJump bastion
+  ProxyCommand ignored %h
+Host off
+  ProxyCommand none
+Host *
+  ProxyCommand nc %h %p
+`
+	c, err := ParseSSHConfig("config", []byte(src), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := c.Lookup("cmd"); h.ProxyCommand != `ssh -W "%h:%p" -o 'User=x' bastion  # kept` || h.ProxyJump != "" {
+		t.Errorf("Lookup(cmd) = %+v", h)
+	}
+	if h := c.Lookup("jump"); h.ProxyJump != "bastion" || h.ProxyCommand != "" {
+		t.Errorf("Lookup(jump) = %+v", h)
+	}
+	if h := c.Lookup("off"); h.ProxyCommand != "none" {
+		t.Errorf("Lookup(off) = %+v", h)
+	}
+	if h := c.Lookup("other"); h.ProxyCommand != "nc %h %p" {
+		t.Errorf("Lookup(other) = %+v", h)
+	}
+}
+
 func TestSSHConfigErrors(t *testing.T) {
 	for src, want := range map[string]string{
 		"Host\n":                 "config:1: Host needs at least one pattern",

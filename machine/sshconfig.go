@@ -13,7 +13,7 @@ import (
 
 // SSHConfig is the part of an OpenSSH client configuration (~/.ssh/config) postern
 // follows: Host blocks with patterns and negations, HostName, User, Port,
-// IdentityFile, IdentitiesOnly, ProxyJump, ServerAliveInterval, UserKnownHostsFile,
+// IdentityFile, IdentitiesOnly, ProxyJump, ProxyCommand, ServerAliveInterval, UserKnownHostsFile,
 // StrictHostKeyChecking and Include. Other keywords are kept but not acted on;
 // Match blocks other than "Match all" never apply.
 type SSHConfig struct {
@@ -120,7 +120,12 @@ func (c *SSHConfig) parse(filename string, src []byte, dir string, outer [][]str
 		if len(args) == 0 {
 			return fmt.Errorf("%s: %s needs a value", at, key)
 		}
-		c.entries = append(c.entries, sshEntry{key: key, value: strings.Join(args, " "), conds: conds, never: never, at: at})
+		value := strings.Join(args, " ")
+		if key == "proxycommand" {
+			// A command line for the shell: kept as written, quotes and all.
+			value = rawConfigValue(sc.Text())
+		}
+		c.entries = append(c.entries, sshEntry{key: key, value: value, conds: conds, never: never, at: at})
 	}
 	return sc.Err()
 }
@@ -166,6 +171,21 @@ func splitConfigLine(line string) (string, []string, error) {
 	return key, args, nil
 }
 
+// rawConfigValue is a line's value as written: everything after the keyword
+// and its separator.
+func rawConfigValue(line string) string {
+	line = strings.TrimSpace(line)
+	i := strings.IndexAny(line, " \t=")
+	if i < 0 {
+		return ""
+	}
+	rest := strings.TrimLeft(line[i:], " \t")
+	if strings.HasPrefix(rest, "=") {
+		rest = strings.TrimLeft(rest[1:], " \t")
+	}
+	return rest
+}
+
 // hostMatches applies one Host line: some pattern matches and no negated one does.
 func hostMatches(patterns []string, host string) bool {
 	host = strings.ToLower(host)
@@ -194,6 +214,7 @@ type SSHHost struct {
 	IdentityFiles       []string
 	IdentitiesOnly      bool
 	ProxyJump           string // "" or a comma-separated list of [user@]host[:port]
+	ProxyCommand        string // "" or a shell command line whose stdin and stdout carry ssh
 	ServerAliveInterval int    // seconds; 0 is unset
 	UserKnownHostsFiles []string
 	StrictHostKeyCheck  string
@@ -227,6 +248,13 @@ func (c *SSHConfig) Lookup(host string) SSHHost {
 			continue
 		}
 		seen[e.key] = true
+		// ProxyJump and ProxyCommand compete: the first given wins.
+		switch e.key {
+		case "proxyjump":
+			seen["proxycommand"] = true
+		case "proxycommand":
+			seen["proxyjump"] = true
+		}
 		switch e.key {
 		case "hostname":
 			h.HostName = e.value
@@ -238,6 +266,8 @@ func (c *SSHConfig) Lookup(host string) SSHHost {
 			h.IdentitiesOnly = strings.EqualFold(e.value, "yes")
 		case "proxyjump":
 			h.ProxyJump = e.value
+		case "proxycommand":
+			h.ProxyCommand = e.value
 		case "serveraliveinterval":
 			h.ServerAliveInterval, _ = strconv.Atoi(e.value)
 		case "userknownhostsfile":

@@ -528,8 +528,18 @@ func fingerprint(t testing.TB, pub string) string {
 	return strings.Fields(string(out))[1]
 }
 
-func TestRemoteProxyJump(t *testing.T) {
-	lab := testhosts.NewTestLab(t, "jump")
+// jumpLab is a target sshd reachable only through a jump host: it listens on
+// the target's link to the jump host alone.
+type jumpLab struct {
+	C          *controller
+	Jump       *testhosts.Host
+	JumpSSHD   *sshHost
+	Target     *sshHost
+	TargetAddr netip.Addr
+}
+
+func newJumpLab(t *testing.T, name string) *jumpLab {
+	lab := testhosts.NewTestLab(t, name)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	c := newController(t)
@@ -546,26 +556,68 @@ func TestRemoteProxyJump(t *testing.T) {
 		t.Fatal(err)
 	}
 	jump := startSSHD(t, jh, jh.Addr, c.Pub)
-	// The target listens only on its link to the jump host: unreachable from here.
 	target := startSSHD(t, th, link.AddrB, c.Pub)
 	c.trust(t, jh.Addr.String(), jump.HostPub)
 	c.trust(t, link.AddrB.String(), target.HostPub)
+	return &jumpLab{C: c, Jump: jh, JumpSSHD: jump, Target: target, TargetAddr: link.AddrB}
+}
+
+func TestRemoteProxyJump(t *testing.T) {
+	l := newJumpLab(t, "jump")
+	c := l.C
 	c.writeSSH(t, "config", fmt.Sprintf(`Include conf.d/*
 Host bastion
   HostName %s
   User root
-`, jh.Addr))
+`, l.Jump.Addr))
 	if err := os.MkdirAll(c.sshFile("conf.d"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	c.writeSSH(t, "conf.d/inner", fmt.Sprintf("Host inner\n  HostName %s\n  User root\n  ProxyJump bastion\n", link.AddrB))
+	c.writeSSH(t, "conf.d/inner", fmt.Sprintf("Host inner\n  HostName %s\n  User root\n  ProxyJump bastion\n", l.TargetAddr))
 	c.mustPostern(t, "machine", "add", "inner", "--ssh", "inner")
 	c.mustPostern(t, "machine", "probe-confinement", "inner")
 	if o := c.mustPostern(t, "run", "--machine", "inner", "--", "cat", "/proc/sys/kernel/hostname"); strings.TrimSpace(o) == "" {
 		t.Fatalf("run through the jump host printed nothing")
 	}
-	if len(agentFiles(t, target.Home)) != 1 {
+	if len(agentFiles(t, l.Target.Home)) != 1 {
 		t.Fatalf("the agent was not installed on the target behind the jump host")
+	}
+}
+
+// TestRemoteProxyCommand reaches a target that only the jump host's network
+// can reach through a ProxyCommand run in that network (socat carrying the
+// ssh stream), as a bastion or a cloud's session manager would: the machine is
+// probed, runs there, and a ProxyCommand that fails says why in its own words.
+func TestRemoteProxyCommand(t *testing.T) {
+	l := newJumpLab(t, "pcmd")
+	c := l.C
+	c.writeSSH(t, "config", fmt.Sprintf(`Host behind
+  HostName %s
+  User root
+  ProxyCommand ip netns exec %s socat - TCP:%%h:%%p
+Host broken
+  HostName %s
+  User root
+  ProxyCommand sh -c 'echo "bastion says: no route to %%h" >&2; exit 3'
+`, l.TargetAddr, l.Jump.NetNS, l.TargetAddr))
+	c.mustPostern(t, "machine", "add", "behind", "--ssh", "behind")
+	c.mustPostern(t, "machine", "probe-confinement", "behind")
+	if o := c.mustPostern(t, "run", "--machine", "behind", "--", "cat", "/proc/sys/kernel/hostname"); strings.TrimSpace(o) == "" {
+		t.Fatalf("run through the ProxyCommand printed nothing")
+	}
+	if len(agentFiles(t, l.Target.Home)) != 1 {
+		t.Fatalf("the agent was not installed on the target behind the ProxyCommand")
+	}
+	if pgrep(t, "socat - TCP:") {
+		t.Errorf("a ProxyCommand is still running after postern returned")
+	}
+
+	c.mustPostern(t, "machine", "add", "broken", "--ssh", "broken")
+	o, e, code := c.postern(t, "machine", "probe-confinement", "broken")
+	out := o + e
+	if code == 0 || !strings.Contains(out, "ProxyCommand") || !strings.Contains(out, "bastion says: no route to "+l.TargetAddr.String()) ||
+		!strings.Contains(out, "exit status 3") {
+		t.Fatalf("probe through a failing ProxyCommand: exit %d\n%s", code, out)
 	}
 }
 
