@@ -141,6 +141,7 @@ func TestSSHConfigErrors(t *testing.T) {
 func FuzzParseSSHConfig(f *testing.F) {
 	f.Add("Host a b !c\n  HostName x\n  Port 22\nHost *\n  User=u # c\n")
 	f.Add("Match all\n  ProxyJump a,b\n  IdentityFile \"a b\"\n")
+	f.Add("Host *\n  ProxyCommand= ssh -W '%h:%p' \"b\" #x\n  ProxyJump j\n")
 	f.Fuzz(func(t *testing.T, src string) {
 		c, err := ParseSSHConfig("fuzz", []byte(src), "")
 		if err != nil {
@@ -150,6 +151,9 @@ func FuzzParseSSHConfig(f *testing.F) {
 			got := c.Lookup(h)
 			if got.HostName == "" && h != "" {
 				t.Fatalf("Lookup(%q) has no HostName", h)
+			}
+			if got.ProxyJump != "" && got.ProxyCommand != "" {
+				t.Fatalf("Lookup(%q) has both ProxyJump %q and ProxyCommand %q", h, got.ProxyJump, got.ProxyCommand)
 			}
 		}
 	})
