@@ -194,6 +194,13 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 		dnsTCP = steady(dnsTCP, "dns tcp")
 	}
 	dnsStop := d.serveDNS(&serveWG, ls.DNSUDP, dnsTCP, func(err error) { fail(err); stopAll() })
+	if ls.WallLog != nil {
+		serveWG.Add(1)
+		go func() {
+			defer serveWG.Done()
+			d.serveWallLog(ls.WallLog)
+		}()
+	}
 
 	select {
 	case <-ctx.Done():
@@ -204,6 +211,9 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 		if l != nil {
 			l.Close()
 		}
+	}
+	if ls.WallLog != nil {
+		ls.WallLog.Close()
 	}
 	drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.cfg.DrainTimeout)
 	defer cancel()

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"time"
 
 	"github.com/postern-dev/postern/door/policy"
@@ -20,7 +21,8 @@ type Event struct {
 	Conn  uint64 `json:"conn"` // ties a decision to its end
 	// Kind is how the attempt reached the door: "connect" (explicit CONNECT),
 	// "http" (explicit absolute-URI request), "transparent" (redirected by the
-	// wall), "dns" (a lookup inside the wall).
+	// wall), "dns" (a lookup inside the wall), "wall" (refused by the wall
+	// itself: a port or protocol that does not lead to the door).
 	Kind       string `json:"kind"`
 	Host       string `json:"host"`
 	Port       uint16 `json:"port,omitempty"`
@@ -67,4 +69,9 @@ type Listeners struct {
 	// DNSUDP and DNSTCP answer lookups from inside the wall.
 	DNSUDP net.PacketConn
 	DNSTCP net.Listener
+	// WallLog carries the packets the wall refused (its nflog group's netlink
+	// socket, opened inside the run's namespace): each becomes a "wall"
+	// decision, so that a refusal the door never saw is recorded and
+	// explained too. The door closes it when it stops.
+	WallLog *os.File
 }

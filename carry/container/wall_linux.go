@@ -643,6 +643,9 @@ func closeListeners(l door.Listeners) {
 			c.Close()
 		}
 	}
+	if l.WallLog != nil {
+		l.WallLog.Close()
+	}
 }
 
 func containerName(run string) string {

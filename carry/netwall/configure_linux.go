@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/postern-dev/postern/door"
+	"golang.org/x/sys/unix"
 )
 
 // Configure makes the network namespace of the calling OS thread a wall, as the
@@ -35,10 +36,11 @@ func Configure(ports []uint16) (door.Listeners, error) {
 }
 
 // listenersFromFiles turns the descriptors configureNetns returns (transparent,
-// DNS UDP, DNS TCP) into the door's listeners. The files stay the caller's.
+// DNS UDP, DNS TCP, and the wall's log if there is one) into the door's
+// listeners. The files stay the caller's.
 func listenersFromFiles(files []*os.File) (door.Listeners, error) {
-	if len(files) != 3 {
-		return door.Listeners{}, fmt.Errorf("network wall: %d listener descriptors, want 3", len(files))
+	if len(files) != 3 && len(files) != 4 {
+		return door.Listeners{}, fmt.Errorf("network wall: %d listener descriptors, want 3 or 4", len(files))
 	}
 	var (
 		lis door.Listeners
@@ -56,6 +58,13 @@ func listenersFromFiles(files []*os.File) (door.Listeners, error) {
 	}
 	if lis.DNSTCP, err = net.FileListener(files[2]); err != nil {
 		return fail("DNS TCP", err)
+	}
+	if len(files) == 4 {
+		fd, err := unix.FcntlInt(files[3].Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return fail("wall log", err)
+		}
+		lis.WallLog = os.NewFile(uintptr(fd), "wall-log")
 	}
 	return lis, nil
 }

@@ -155,7 +155,7 @@ func setup(cfg initConfig) ([]*os.File, *wireError) {
 // configureNetns makes the calling thread's network namespace the wall: lo up
 // with the run's addresses and default routes through it, the door's listeners,
 // the nftables table. It returns the listeners' descriptors: transparent, DNS
-// UDP, DNS TCP.
+// UDP, DNS TCP, and the wall's log of refusals when the kernel has one.
 func configureNetns(ports []uint16) ([]*os.File, *wireError) {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
@@ -189,21 +189,45 @@ func configureNetns(ports []uint16) ([]*os.File, *wireError) {
 			f.Close()
 		}
 	}
-	rs, err := buildRuleset(RuleConfig{Ports: ports, TransparentPort: tport, DNSPort: dport})
+	// The refusals' log is an addition: a kernel without nflog, or without
+	// nftables' log expression, gets the wall without it.
+	cfg := RuleConfig{Ports: ports, TransparentPort: tport, DNSPort: dport}
+	wallLog, logErr := openWallLog()
+	if logErr == nil {
+		cfg.LogGroup = wallLogGroup
+	}
+	err = applyRules(cfg)
+	if err != nil && wallLog != nil && !errors.Is(err, ErrBadRuleConfig) {
+		wallLog.Close()
+		wallLog = nil
+		cfg.LogGroup = 0
+		err = applyRules(cfg)
+	}
 	if err != nil {
 		closeAll()
-		return nil, &wireError{Step: StepNftables, Message: err.Error()}
-	}
-	conn, err := nftables.New()
-	if err == nil {
-		err = rs.apply(conn)
-		conn.CloseLasting()
-	}
-	if err != nil {
-		closeAll()
+		if errors.Is(err, ErrBadRuleConfig) {
+			return nil, &wireError{Step: StepNftables, Message: err.Error()}
+		}
 		return nil, stepError(StepNftables, err)
 	}
+	if wallLog != nil {
+		files = append(files, wallLog)
+	}
 	return files, nil
+}
+
+// applyRules builds the wall's table for cfg and applies it in one transaction.
+func applyRules(cfg RuleConfig) error {
+	rs, err := buildRuleset(cfg)
+	if err != nil {
+		return err
+	}
+	conn, err := nftables.New()
+	if err != nil {
+		return err
+	}
+	defer conn.CloseLasting()
+	return rs.apply(conn)
 }
 
 // addRunAddrs gives lo one more address per family besides 127.0.0.1 and

@@ -43,6 +43,9 @@ type RuleConfig struct {
 	// the run's namespace (on loopback, where redirect sends packets).
 	TransparentPort uint16
 	DNSPort         uint16
+	// LogGroup, when not 0, is the nflog group the refused packets are logged
+	// to (at most wallLogRate a second) before they are refused.
+	LogGroup uint16
 }
 
 // ruleset is the wall's whole nftables table as data: built once, rendered as
@@ -180,6 +183,17 @@ func buildRuleset(c RuleConfig) (*ruleset, error) {
 			text:  fmt.Sprintf("ip6 daddr %s accept", runAddr6),
 			exprs: concat(ip6Daddr(netip.PrefixFrom(runAddr6, 128)), verdict(expr.VerdictAccept)),
 		},
+	}
+	if c.LogGroup != 0 {
+		filtRules = append(filtRules, rulePlan{
+			text: fmt.Sprintf("limit rate %d/second burst %d packets log group %d snaplen %d", wallLogRate, 2*wallLogRate, c.LogGroup, wallLogSnaplen),
+			exprs: []expr.Any{
+				&expr.Limit{Type: expr.LimitTypePkts, Rate: wallLogRate, Unit: expr.LimitTimeSecond, Burst: 2 * wallLogRate},
+				&expr.Log{Key: 1<<unix.NFTA_LOG_GROUP | 1<<unix.NFTA_LOG_SNAPLEN, Group: c.LogGroup, Snaplen: wallLogSnaplen},
+			},
+		})
+	}
+	filtRules = append(filtRules, []rulePlan{
 		{
 			text:  "meta l4proto tcp reject with tcp reset",
 			exprs: concat(l4proto(unix.IPPROTO_TCP), []expr.Any{&expr.Reject{Type: unix.NFT_REJECT_TCP_RST}}),
@@ -190,7 +204,7 @@ func buildRuleset(c RuleConfig) (*ruleset, error) {
 				&expr.Reject{Type: unix.NFT_REJECT_ICMPX_UNREACH, Code: unix.NFT_REJECT_ICMPX_PORT_UNREACH},
 			}),
 		},
-	}
+	}...)
 	rs.chains = []chainPlan{{chain: nat, rules: natRules}, {chain: filt, rules: filtRules}}
 	return rs, nil
 }
@@ -345,6 +359,10 @@ func describeExpr(e expr.Any) string {
 		return fmt.Sprintf("[ redir proto_min reg %d ]", e.RegisterProtoMin)
 	case *expr.Reject:
 		return fmt.Sprintf("[ reject type %d code %d ]", e.Type, e.Code)
+	case *expr.Limit:
+		return fmt.Sprintf("[ limit rate %d/second burst %d type packets flags 0x0 ]", e.Rate, e.Burst)
+	case *expr.Log:
+		return fmt.Sprintf("[ log group %d snaplen %d qthreshold 0 ]", e.Group, e.Snaplen)
 	case *expr.Verdict:
 		v := map[expr.VerdictKind]string{expr.VerdictAccept: "accept", expr.VerdictDrop: "drop", expr.VerdictReturn: "return"}[e.Kind]
 		return fmt.Sprintf("[ immediate reg 0 %s ]", v)

@@ -214,8 +214,8 @@ func (w *Wall) handshake(ctx context.Context, cfg initConfig) (door.Listeners, e
 			f.Close()
 		}
 	}()
-	if reply.Type != msgReady || len(files) != 3 {
-		return door.Listeners{}, fmt.Errorf("network wall: init answered %q with %d descriptors, want %q with 3", reply.Type, len(files), msgReady)
+	if reply.Type != msgReady || (len(files) != 3 && len(files) != 4) {
+		return door.Listeners{}, fmt.Errorf("network wall: init answered %q with %d descriptors, want %q with 3 or 4", reply.Type, len(files), msgReady)
 	}
 	return listenersFromFiles(files)
 }
@@ -232,6 +232,9 @@ func closeListeners(l door.Listeners) {
 	}
 	if l.Proxy != nil {
 		l.Proxy.Close()
+	}
+	if l.WallLog != nil {
+		l.WallLog.Close()
 	}
 }
 

@@ -682,5 +682,5 @@ func TestWallUnprivileged(t *testing.T) {
 		// Not root: TestWall itself is the unprivileged run when userns allows it.
 		requireRoot(t)
 	}
-	testhosts.RerunAsNobody(t, "^(TestWall|TestRaiseRefusesWithRemedy)$", "TestWall", "TestRaiseRefusesWithRemedy")
+	testhosts.RerunAsNobody(t, "^(TestWall|TestRaiseRefusesWithRemedy|TestWallRefusalsRecorded)$", "TestWall", "TestRaiseRefusesWithRemedy", "TestWallRefusalsRecorded")
 }

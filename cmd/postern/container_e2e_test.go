@@ -321,19 +321,24 @@ func TestContainerRunIsWalled(t *testing.T) {
 		t.Errorf("run record %+v", run)
 	}
 	evs := ctrEvents(t, home, run.ID)
-	var allowWeb, denyInside, denyLiteral bool
+	var allowWeb, denyInside, denyLiteral, wallPort, wallUDP bool
 	for _, ev := range evs {
 		switch {
 		case ev.Event == "decision" && ev.Host == "web.test" && ev.Decision == "allow":
 			allowWeb = true
 		case ev.Event == "decision" && ev.Host == "inside.test" && ev.Decision == "deny":
 			denyInside = true
-		case ev.Event == "decision" && ev.Host == l.Other.Addr.String() && ev.Decision == "deny":
+		case ev.Event == "decision" && ev.Kind == "transparent" && ev.Host == l.Other.Addr.String() && ev.Decision == "deny":
 			denyLiteral = true
+		case ev.Kind == "wall" && ev.Host == l.Web.Addr.String() && ev.Port == 8080 && ev.Decision == "deny":
+			wallPort = true
+		case ev.Kind == "wall" && ev.Host == l.Other.Addr.String() && ev.Port == 9999 && strings.Contains(ev.Reason, "udp"):
+			wallUDP = true
 		}
 	}
-	if !allowWeb || !denyInside || !denyLiteral {
-		t.Errorf("events: allow web.test %v, deny inside.test %v, deny %s %v; events %+v", allowWeb, denyInside, l.Other.Addr, denyLiteral, evs)
+	if !allowWeb || !denyInside || !denyLiteral || !wallPort || !wallUDP {
+		t.Errorf("events: allow web.test %v, deny inside.test %v, deny %s %v, the wall's refusals of tcp 8080 %v and udp 9999 %v; events %+v",
+			allowWeb, denyInside, l.Other.Addr, denyLiteral, wallPort, wallUDP, evs)
 	}
 	if names := podmanNames(t, container.LabelRun+"="+run.ID); len(names) != 0 {
 		t.Errorf("container of run %s still there after the run: %v", run.ID, names)

@@ -116,6 +116,10 @@ func printDenial(ev door.Event) {
 	if ev.Port != 0 {
 		target = fmt.Sprintf("%s:%d", ev.Host, ev.Port)
 	}
+	if ev.Kind == "wall" {
+		fmt.Fprintf(os.Stderr, "postern: the wall refused %s: %s\n", target, ev.Reason)
+		return
+	}
 	verb := "denied"
 	if ev.WouldDeny {
 		verb = "observed (enforce would deny)"

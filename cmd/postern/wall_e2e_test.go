@@ -136,8 +136,18 @@ func TestWallEscapes(t *testing.T) {
 		if hits := l.Hits.with(tag + "-8080"); len(hits) > 0 {
 			t.Errorf("port 8080 was reached from inside the wall: %+v", hits)
 		}
-		if ev, ok := w.Events.find(func(ev door.Event) bool { return ev.Port == 8080 }); ok {
+		if ev, ok := w.Events.find(func(ev door.Event) bool { return ev.Port == 8080 && ev.Kind != "wall" }); ok {
 			t.Errorf("port 8080 reached the door: %+v", ev)
+		}
+		// Each refusal is recorded and explained, by name where the run used one.
+		for _, host := range []string{"web.test", l.Web.Addr.String()} {
+			ev, ok := w.Events.find(func(ev door.Event) bool { return ev.Kind == "wall" && ev.Host == host && ev.Port == 8080 })
+			if !ok || ev.Decision != "deny" || !strings.Contains(ev.Reason, "port 8080 is not in the policy's ports") {
+				t.Errorf("the wall's refusal of %s:8080 is not in the run's events as a wall denial (%+v, found %v):\n%s", host, ev, ok, w)
+			}
+			if want := "postern: the wall refused " + host + ":8080: port 8080 is not in the policy's ports"; !strings.Contains(w.Stderr, want) {
+				t.Errorf("stderr does not say %q:\n%s", want, w.Stderr)
+			}
 		}
 	})
 

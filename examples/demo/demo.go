@@ -45,7 +45,7 @@ var attempts = []attempt{
 	{"forbidden", "BLOCKED", "no allow rule names it; the wall's DNS answered NXDOMAIN"},
 	{"private-ip", "BLOCKED", "a private address outside allow_cidrs; the door answered 403"},
 	{"metadata", "BLOCKED", "the hard floor (cloud metadata), which no policy opens"},
-	{"other-port", "BLOCKED", "a port the policy does not list; the wall reset the connection"},
+	{"other-port", "BLOCKED", "a port the policy does not list; the wall reset the connection and recorded why"},
 	{"dns-exfil", "BLOCKED", "DNS to any address reaches the door's resolver; a refused name is never looked up"},
 	{"env-i", "OK", "no environment, no proxy variables: still walled, still reaches the allowed host"},
 }
@@ -179,6 +179,10 @@ func demo(ctx context.Context, cfg config, w io.Writer) error {
 	indent(w, evs)
 	if err != nil {
 		problems = append(problems, fmt.Sprintf("runs events: %v", err))
+	}
+	// The wall's own refusal (the port outside the policy) is recorded too.
+	if !regexp.MustCompile(`(?m)\bwall\s+deny\s+` + regexp.QuoteMeta(nameAllowed) + `\s+8080\b`).MatchString(evs) {
+		problems = append(problems, "the wall's refusal of "+nameAllowed+":8080 is not among the run's events")
 	}
 
 	// 6. What the test DNS server saw.
