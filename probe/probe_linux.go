@@ -182,6 +182,11 @@ func measureRedirect(ctx context.Context, target netip.AddrPort) Rung {
 		return no(fmt.Sprintf("raise a wall: %v", err), "")
 	}
 	defer w.Close()
+	// The wall's refusals reach the door when the kernel can log them.
+	logged := "its refusals are recorded (nflog)"
+	if w.Listeners().WallLog == nil {
+		logged = "its refusals are not recorded: the kernel lacks nflog or nftables' log expression (CONFIG_NETFILTER_NETLINK_LOG, CONFIG_NFT_LOG)"
+	}
 
 	seen := make(chan result, 1)
 	go serveOnce(w.Listeners().Transparent, seen)
@@ -209,7 +214,7 @@ func measureRedirect(ctx context.Context, target netip.AddrPort) Rung {
 	case werr != nil || code != 0:
 		return no(fmt.Sprintf("the connecting child inside the wall failed (exit %d %v): %s", code, werr, out), remedy)
 	}
-	return yes(fmt.Sprintf("%s inside the wall reached the door, original destination read back (%d ms)", target, took))
+	return yes(fmt.Sprintf("%s inside the wall reached the door, original destination read back (%d ms); %s", target, took, logged))
 }
 
 type result struct {
