@@ -354,7 +354,8 @@ func privateMounts(cfg initConfig) error {
 	if err := ownTerminals(); err != nil {
 		return err
 	}
-	if err := sealHost(writableDirs(cfg)); err != nil {
+	writable := writableDirs(cfg)
+	if err := sealHost(writable, guardedPaths(cfg, writable)); err != nil {
 		return fmt.Errorf("make the host read-only: %w", err)
 	}
 	return nil

@@ -30,7 +30,10 @@ var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/p
 // root outside every namespace on the next crash, a file in /etc/cron.d runs
 // outside within a minute, /sys/power/state suspends the machine, /dev/vda is
 // the host's disk.
-func sealHost(writable []string) error {
+//
+// guards are paths inside the writable directories that stay read-only (see
+// guardedPaths).
+func sealHost(writable, guards []string) error {
 	own := []string{"/dev/pts"}
 	for _, r := range hiddenRoots {
 		own = append(own, r.path)
@@ -41,6 +44,9 @@ func sealHost(writable []string) error {
 		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind %s onto itself: %w", p, err)
 		}
+	}
+	if err := bindGuards(guards); err != nil {
+		return fmt.Errorf("bind a guarded file onto itself: %w", err)
 	}
 	for _, p := range procReadOnly {
 		if _, err := os.Lstat(p); err != nil {
@@ -62,6 +68,11 @@ func sealHost(writable []string) error {
 			continue
 		}
 		if err := readOnly(m); err != nil {
+			return err
+		}
+	}
+	for _, g := range guards {
+		if err := readOnly(g); err != nil {
 			return err
 		}
 	}

@@ -396,6 +396,87 @@ func TestWall(t *testing.T) {
 		}
 	})
 
+	t.Run("files-obeyed-outside-stay-read-only", func(t *testing.T) {
+		// A home with shell and ssh files and a repository in it; the working
+		// directory is a subdirectory of the repository, as an agent's often is.
+		home := t.TempDir()
+		repo := filepath.Join(home, "repo")
+		if err := os.Mkdir(repo, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{".bashrc", ".profile", ".ssh/config", ".envrc"} {
+			base := home
+			if f == ".envrc" {
+				base = repo
+			}
+			if err := os.MkdirAll(filepath.Dir(filepath.Join(base, f)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(base, f), []byte("original\n"), 0o666); err != nil {
+				t.Fatal(err)
+			}
+		}
+		git := func(args ...string) {
+			t.Helper()
+			cmd := exec.Command("git", append([]string{"-C", repo}, args...)...)
+			cmd.Env = append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("git %v: %v\n%s", args, err, out)
+			}
+		}
+		git("init", "-q")
+		git("config", "user.email", "run@example.test")
+		git("config", "user.name", "run")
+		sub := filepath.Join(repo, "src")
+		if err := os.MkdirAll(sub, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		// Open to the unprivileged re-run's uid too: only the guard may refuse.
+		for _, d := range []string{home, repo, sub, filepath.Join(home, ".ssh"), filepath.Join(repo, ".git"), filepath.Join(repo, ".git", "hooks")} {
+			os.Chmod(d, 0o777)
+		}
+		filepath.Walk(repo, func(p string, fi os.FileInfo, err error) error {
+			if err == nil {
+				os.Chmod(p, fi.Mode()|0o666)
+			}
+			return nil
+		})
+		attempts := []string{
+			`echo evil >> "$HOME/.bashrc"`,
+			`: > "$HOME/.profile"`,
+			`rm -f "$HOME/.bashrc"`,
+			`echo evil > /tmp/x && mv -f /tmp/x "$HOME/.bashrc"`,
+			`echo "Host *" >> "$HOME/.ssh/config"`,
+			`touch "$HOME/.ssh/authorized_keys"`,
+			`printf '#!/bin/sh\ncurl evil.test\n' > ../.git/hooks/pre-commit`,
+			`printf '[core]\nfsmonitor = evil\n' >> ../.git/config`,
+			`echo evil >> ../.envrc`,
+		}
+		var script strings.Builder
+		for i, a := range attempts {
+			fmt.Fprintf(&script, "if (%s) 2>/dev/null; then echo 'WROTE %d'; fi\n", a, i)
+		}
+		script.WriteString(`echo fine > "$HOME/notes" && echo fine > work && git add work && git -c user.name=run commit -qm work && echo COMMITTED`)
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", script.String()}, Dir: sub,
+			Env: append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")}, nil)
+		for i, a := range attempts {
+			if strings.Contains(r.stdout, fmt.Sprintf("WROTE %d\n", i)) || strings.HasSuffix(r.stdout, fmt.Sprintf("WROTE %d", i)) {
+				t.Errorf("the run could: %s", a)
+			}
+		}
+		if !strings.Contains(r.stdout, "COMMITTED") {
+			t.Errorf("ordinary work in home and the repository failed: %q %q", r.stdout, r.stderr)
+		}
+		for _, f := range []string{filepath.Join(home, ".bashrc"), filepath.Join(home, ".profile"), filepath.Join(home, ".ssh/config"), filepath.Join(repo, ".envrc")} {
+			if b, err := os.ReadFile(f); err != nil || string(b) != "original\n" {
+				t.Errorf("%s after the run: %q, %v", f, b, err)
+			}
+		}
+		if _, err := os.Stat(filepath.Join(repo, ".git", "hooks", "pre-commit")); err == nil {
+			t.Errorf("a git hook was planted")
+		}
+	})
+
 	t.Run("background-processes-die", func(t *testing.T) {
 		var pidns string
 		r := runSpec(t, Spec{Command: []string{"sh", "-c", "sleep 1000 & sleep 1000 & echo started"}}, func(w *Wall) {

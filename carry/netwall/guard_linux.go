@@ -1,0 +1,134 @@
+package netwall
+
+import (
+	"bufio"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// The run keeps its working directory and home writable, but some files in
+// them are obeyed later by programs outside the wall, with the host's network:
+// a shell's startup files, git's configuration and hooks, ssh's configuration,
+// the user's systemd units and autostart entries, direnv's .envrc. A run that
+// could write them would leave the wall at the next login, commit or cd. Those
+// that exist are bound read-only onto themselves inside the run: writes,
+// truncation, removal and renaming over them all fail, and the rest of home and
+// the working directory stay writable.
+
+// guardedInHome are paths relative to the run's home.
+var guardedInHome = []string{
+	".bashrc", ".bash_profile", ".bash_login", ".bash_logout", ".profile",
+	".zshrc", ".zshenv", ".zprofile", ".zlogin", ".zlogout", ".config/fish",
+	".gitconfig", ".config/git",
+	".ssh",
+	".config/systemd", ".config/autostart", ".config/environment.d",
+}
+
+// guardedInRepo are paths relative to the work tree of the git repository the
+// run's working directory is in (or the directory itself outside a repository).
+var guardedInRepo = []string{".envrc"}
+
+// guardedInGitDir are paths relative to that repository's git directory.
+var guardedInGitDir = []string{"config", "hooks"}
+
+// guardedPaths are the guarded paths that exist and lie in a writable
+// directory, as they really are (symlinks resolved), each once.
+func guardedPaths(cfg initConfig, writable []string) []string {
+	var cands []string
+	for _, e := range cfg.Env {
+		if home, ok := strings.CutPrefix(e, "HOME="); ok && filepath.IsAbs(home) {
+			for _, g := range guardedInHome {
+				cands = append(cands, filepath.Join(home, g))
+			}
+		}
+	}
+	if filepath.IsAbs(cfg.Dir) {
+		top, gitDirs := gitRepo(cfg.Dir)
+		for _, g := range guardedInRepo {
+			cands = append(cands, filepath.Join(top, g))
+		}
+		for _, d := range gitDirs {
+			for _, g := range guardedInGitDir {
+				cands = append(cands, filepath.Join(d, g))
+			}
+		}
+	}
+	var out []string
+	for _, c := range cands {
+		real, err := filepath.EvalSymlinks(c)
+		if err != nil || !under(real, writable) || slices.Contains(out, real) {
+			continue
+		}
+		out = append(out, real)
+	}
+	return out
+}
+
+// gitRepo finds the work tree around dir and its git directories: .git, or
+// for a linked work tree or submodule the directory its .git file names and
+// that directory's common directory. Outside a repository it returns dir and
+// no git directory.
+func gitRepo(dir string) (top string, gitDirs []string) {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		dotGit := filepath.Join(d, ".git")
+		st, err := os.Stat(dotGit)
+		switch {
+		case err == nil && st.IsDir():
+			return d, []string{dotGit}
+		case err == nil && st.Mode().IsRegular():
+			gd := gitFileTarget(dotGit)
+			if gd == "" {
+				return d, nil
+			}
+			dirs := []string{gd}
+			if b, err := os.ReadFile(filepath.Join(gd, "commondir")); err == nil {
+				common := strings.TrimSpace(string(b))
+				if !filepath.IsAbs(common) {
+					common = filepath.Join(gd, common)
+				}
+				dirs = append(dirs, filepath.Clean(common))
+			}
+			return d, dirs
+		}
+		if d == filepath.Dir(d) {
+			return filepath.Clean(dir), nil
+		}
+	}
+}
+
+// gitFileTarget reads the "gitdir: PATH" line of a .git file.
+func gitFileTarget(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	if !sc.Scan() {
+		return ""
+	}
+	gd, ok := strings.CutPrefix(strings.TrimSpace(sc.Text()), "gitdir:")
+	if !ok {
+		return ""
+	}
+	gd = strings.TrimSpace(gd)
+	if !filepath.IsAbs(gd) {
+		gd = filepath.Join(filepath.Dir(path), gd)
+	}
+	return filepath.Clean(gd)
+}
+
+// bindGuards makes each guarded path a mount point of its own, for readOnly
+// to seal once the writable directories are bound.
+func bindGuards(guards []string) error {
+	for _, g := range guards {
+		if err := unix.Mount(g, g, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
