@@ -343,7 +343,13 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,
 		Signals: rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
-		OnStart:  func() { rio.OnStart(netwall.LandlockStatus(pol.Ports)) },
+		OnStart: func() {
+			if pol.Mode == policy.Observe {
+				rio.OnStart("none in observe mode: tcp to every port goes to the door")
+				return
+			}
+			rio.OnStart(netwall.LandlockStatus(pol.Ports))
+		},
 		Landlock: true,
 		Logger:   logger,
 	})

@@ -81,7 +81,10 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	if w.Policy == nil {
 		w.Policy = policy.Nothing()
 	}
-	if w.Landlock {
+	// In observe mode every TCP port leads to the door, which lets through
+	// what the floor allows and records what enforce would refuse.
+	observe := w.Policy.Mode == policy.Observe
+	if w.Landlock && !observe {
 		w.Env = append(w.Env[:len(w.Env):len(w.Env)], netwall.LandlockConnectEnv(w.Policy.Ports))
 	}
 	stdin, stdout, stderr := w.Stdin, w.Stdout, w.Stderr
@@ -101,6 +104,7 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		Dir:     w.Dir,
 		Env:     walledEnv(w.Env),
 		Ports:   w.Policy.Ports,
+		AllTCP:  observe,
 		Stdin:   stdin,
 		Stdout:  stdout,
 		Stderr:  stderr,

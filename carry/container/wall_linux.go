@@ -44,6 +44,8 @@ type Spec struct {
 	Run string
 	// Ports are the TCP ports redirected to the door's transparent listener.
 	Ports []uint16
+	// AllTCP redirects TCP to every port to the door instead (observe mode).
+	AllTCP bool
 	// NoNetwork leaves the container with no network at all and raises no wall:
 	// Listeners is empty.
 	NoNetwork bool
@@ -199,7 +201,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	}
 
 	if !spec.NoNetwork {
-		lis, err := configureNetns(w.pid, spec.Ports)
+		lis, err := configureNetns(w.pid, spec.Ports, spec.AllTCP)
 		if err != nil {
 			return nil, err
 		}
@@ -416,7 +418,7 @@ func (w *Wall) inspectPid(ctx context.Context) (int, error) {
 // configureNetns enters pid's network namespace on a thread of its own and makes
 // it the wall. The thread is never unlocked, so it ends with the goroutine
 // instead of carrying the namespace back into the runtime's pool.
-func configureNetns(pid int, ports []uint16) (door.Listeners, error) {
+func configureNetns(pid int, ports []uint16, allTCP bool) (door.Listeners, error) {
 	type result struct {
 		lis door.Listeners
 		err error
@@ -445,7 +447,7 @@ func configureNetns(pid int, ports []uint16) (door.Listeners, error) {
 				Remedy: "entering a container's network namespace needs CAP_SYS_ADMIN: run postern as root with a rootful engine"}}
 			return
 		}
-		lis, err := netwall.Configure(ports)
+		lis, err := netwall.Configure(ports, allTCP)
 		res <- result{lis, err}
 	}()
 	r := <-res

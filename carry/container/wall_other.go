@@ -33,6 +33,7 @@ type Spec struct {
 	Command               []string
 	Run                   string
 	Ports                 []uint16
+	AllTCP                bool
 	NoNetwork             bool
 	TTY                   bool
 	Env                   []string

@@ -44,6 +44,7 @@ type initConfig struct {
 	Dir     string   `json:"dir"`
 	Env     []string `json:"env"`
 	Ports   []uint16 `json:"ports"`
+	AllTCP  bool     `json:"all_tcp,omitempty"`
 	TTY     bool     `json:"tty"`
 }
 

@@ -16,11 +16,13 @@ import (
 // else, such as a container's, entered with setns on a locked thread; the
 // listeners stay usable from any thread afterwards. A step the kernel refuses
 // returns a *KernelError naming the fix.
-func Configure(ports []uint16) (door.Listeners, error) {
+//
+// allTCP sends TCP to every port to the door, as Spec.AllTCP does.
+func Configure(ports []uint16, allTCP bool) (door.Listeners, error) {
 	if _, err := normalisePorts(ports); err != nil {
 		return door.Listeners{}, err
 	}
-	files, werr := configureNetns(ports)
+	files, werr := configureNetns(ports, allTCP)
 	if werr != nil {
 		if kernelStep(werr.Step) {
 			return door.Listeners{}, werr.kernelError(thisMachine())

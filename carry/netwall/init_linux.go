@@ -139,7 +139,7 @@ func signalRequests(ctl *channel) <-chan syscall.Signal {
 // setup makes the namespace the wall: lo, routes, listeners, rules, mounts.
 // It returns the listeners' descriptors: transparent, DNS UDP, DNS TCP.
 func setup(cfg initConfig) ([]*os.File, *wireError) {
-	files, werr := configureNetns(cfg.Ports)
+	files, werr := configureNetns(cfg.Ports, cfg.AllTCP)
 	if werr != nil {
 		return nil, werr
 	}
@@ -156,7 +156,7 @@ func setup(cfg initConfig) ([]*os.File, *wireError) {
 // with the run's addresses and default routes through it, the door's listeners,
 // the nftables table. It returns the listeners' descriptors: transparent, DNS
 // UDP, DNS TCP, and the wall's log of refusals when the kernel has one.
-func configureNetns(ports []uint16) ([]*os.File, *wireError) {
+func configureNetns(ports []uint16, allTCP bool) ([]*os.File, *wireError) {
 	lo, err := netlink.LinkByName("lo")
 	if err != nil {
 		return nil, stepError(StepLoopback, fmt.Errorf("find lo: %w", err))
@@ -191,7 +191,7 @@ func configureNetns(ports []uint16) ([]*os.File, *wireError) {
 	}
 	// The refusals' log is an addition: a kernel without nflog, or without
 	// nftables' log expression, gets the wall without it.
-	cfg := RuleConfig{Ports: ports, TransparentPort: tport, DNSPort: dport}
+	cfg := RuleConfig{Ports: ports, AllTCP: allTCP, TransparentPort: tport, DNSPort: dport}
 	wallLog, logErr := openWallLog()
 	if logErr == nil {
 		cfg.LogGroup = wallLogGroup

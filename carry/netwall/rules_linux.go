@@ -39,6 +39,9 @@ type RuleConfig struct {
 	// Ports are the TCP destination ports redirected to the door's transparent
 	// listener (any non-loopback address).
 	Ports []uint16
+	// AllTCP redirects TCP to every port to the door's transparent listener,
+	// Ports or not.
+	AllTCP bool
 	// TransparentPort and DNSPort are the ports of the door's listeners inside
 	// the run's namespace (on loopback, where redirect sends packets).
 	TransparentPort uint16
@@ -142,10 +145,15 @@ func buildRuleset(c RuleConfig) (*ruleset, error) {
 			exprs: concat(ip6Daddr(netip.PrefixFrom(runAddr6, 128)), verdict(expr.VerdictReturn)),
 		},
 	}
-	switch len(ports) {
-	case 0:
+	switch {
+	case c.AllTCP:
+		natRules = append(natRules, rulePlan{
+			text:  fmt.Sprintf("meta l4proto tcp redirect to :%d", c.TransparentPort),
+			exprs: concat(l4proto(unix.IPPROTO_TCP), redirectTo(c.TransparentPort)),
+		})
+	case len(ports) == 0:
 		// No policy ports: every TCP connection but DNS is refused below.
-	case 1:
+	case len(ports) == 1:
 		natRules = append(natRules, rulePlan{
 			text:  fmt.Sprintf("tcp dport %d redirect to :%d", ports[0], c.TransparentPort),
 			exprs: concat(l4proto(unix.IPPROTO_TCP), dport(ports[0]), redirectTo(c.TransparentPort)),

@@ -23,6 +23,7 @@ func TestRulesGolden(t *testing.T) {
 		{"ports-many", RuleConfig{Ports: []uint16{22, 80, 443, 443, 8080, 8443, 9418, 5432, 3306, 6379, 27017}, TransparentPort: 40001, DNSPort: 40002}},
 		{"ports-none", RuleConfig{TransparentPort: 40001, DNSPort: 40002}},
 		{"ports-80-443-logged", RuleConfig{Ports: []uint16{443, 80}, TransparentPort: 40001, DNSPort: 40002, LogGroup: wallLogGroup}},
+		{"all-tcp", RuleConfig{Ports: []uint16{443, 80}, AllTCP: true, TransparentPort: 40001, DNSPort: 40002}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

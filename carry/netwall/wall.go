@@ -32,6 +32,9 @@ type Spec struct {
 	Env []string
 	// Ports are the TCP ports redirected to the door's transparent listener.
 	Ports []uint16
+	// AllTCP redirects TCP to every port to the door instead (observe mode:
+	// the door lets them through and records what enforce would refuse).
+	AllTCP bool
 	// Stdin, Stdout and Stderr are given to the command as they are; nil means
 	// /dev/null.
 	Stdin, Stdout, Stderr *os.File

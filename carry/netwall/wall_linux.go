@@ -70,7 +70,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	cfg := initConfig{Command: spec.Command, Dir: spec.Dir, Env: spec.Env, Ports: spec.Ports, TTY: spec.TTY}
+	cfg := initConfig{Command: spec.Command, Dir: spec.Dir, Env: spec.Env, Ports: spec.Ports, AllTCP: spec.AllTCP, TTY: spec.TTY}
 	if cfg.Env == nil {
 		cfg.Env = os.Environ()
 	}

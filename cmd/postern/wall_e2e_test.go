@@ -151,6 +151,33 @@ func TestWallEscapes(t *testing.T) {
 		}
 	})
 
+	t.Run("ObserveModeReachesEveryPort", func(t *testing.T) {
+		// Observe mode lets through what the floor allows and records what
+		// enforce would refuse: a port outside the policy's included, which
+		// the wall then sends to the door rather than refusing.
+		t.Parallel()
+		p, tag := l.poster(t), randHex(4)
+		pol := writeFile(t, "observe.hcl", fmt.Sprintf(`mode = "observe"
+ports = [80, 443]
+allow = ["web.test"]
+allow_cidrs = [%q]
+`, l.Web.Prefix))
+		w := p.run(t, []string{"--policy", pol, "--resolver", l.Upstream.Addr.String()},
+			curlStep("port", "--connect-timeout", "3", "http://web.test:8080/"+tag+"-8080"))
+		if httpCode(w.Out(t, "port")) != 200 || len(l.Hits.with(tag+"-8080")) != 1 {
+			t.Fatalf("observe mode: port 8080 of an allowed host was not reached:\n%s", w)
+		}
+		ev, ok := w.Events.find(func(ev door.Event) bool {
+			return ev.Event == "decision" && ev.Host == "web.test" && ev.Port == 8080
+		})
+		if !ok || ev.Kind != "transparent" || ev.Decision != "allow" || !ev.WouldDeny || !strings.Contains(ev.Reason, "port 8080") {
+			t.Fatalf("observe mode: the decision on web.test:8080 is %+v (found %v), want allowed, recorded as what enforce would deny for its port", ev, ok)
+		}
+		if !strings.Contains(w.Stderr, "observed (enforce would deny) transparent web.test:8080") {
+			t.Errorf("stderr does not say what enforce would deny:\n%s", w.Stderr)
+		}
+	})
+
 	t.Run("LiteralAddressOutsideAllowCIDRs", func(t *testing.T) {
 		t.Parallel()
 		p, tag := l.poster(t), randHex(4)
