@@ -176,6 +176,24 @@ allow_cidrs = [%q]
 		if !strings.Contains(w.Stderr, "observed (enforce would deny) transparent web.test:8080") {
 			t.Errorf("stderr does not say what enforce would deny:\n%s", w.Stderr)
 		}
+
+		// The enforce policy written from the observe run lets the same work
+		// through, and nothing else.
+		gen := p.exec(t, "policy", "from-run", w.Run.ID)
+		if gen.Code != 0 || !strings.Contains(gen.Stdout, `mode = "enforce"`) || !strings.Contains(gen.Stdout, "ports = [8080]") ||
+			!strings.Contains(gen.Stdout, `"web.test", # 1 connection, port 8080`) {
+			t.Fatalf("policy from-run: exit %d\n%s\n%s", gen.Code, gen.Stdout, gen.Stderr)
+		}
+		enforced := writeFile(t, "from-run.hcl", gen.Stdout)
+		w2 := p.run(t, []string{"--policy", enforced, "--resolver", l.Upstream.Addr.String()},
+			curlStep("again", "--connect-timeout", "3", "http://web.test:8080/"+tag+"-again")+
+				curlStep("other", "--connect-timeout", "3", "http://inside.test:8080/"+tag+"-other"))
+		if httpCode(w2.Out(t, "again")) != 200 || len(l.Hits.with(tag+"-again")) != 1 {
+			t.Errorf("under the policy written from the observe run, the same request failed:\n%s", w2)
+		}
+		if httpCode(w2.Out(t, "other")) == 200 || len(l.Hits.with(tag+"-other")) != 0 {
+			t.Errorf("the policy written from the observe run let through a host the run never reached:\n%s", w2)
+		}
 	})
 
 	t.Run("LiteralAddressOutsideAllowCIDRs", func(t *testing.T) {

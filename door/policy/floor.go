@@ -146,6 +146,17 @@ func floorOf(a netip.Addr, ranges []floorRange) (string, bool) {
 	return "", false
 }
 
+// Private reports whether a is in a private range (RFC 1918, CGNAT, ULA, …),
+// itself or through the IPv4 address it carries: an address only allow_cidrs
+// opens, whatever name led to it.
+func Private(a netip.Addr) bool {
+	a = a.Unmap()
+	if _, floored := Floor(a); floored {
+		return false
+	}
+	return isPrivate(a)
+}
+
 // isPrivate reports whether a (unmapped, not floored) is in a private range,
 // itself or through the IPv4 address it carries.
 func isPrivate(a netip.Addr) bool {
