@@ -35,6 +35,32 @@ var guardedInRepo = []string{".envrc"}
 // guardedInGitDir are paths relative to that repository's git directory.
 var guardedInGitDir = []string{"config", "hooks"}
 
+// runDirs are the host directories a run works in: its working directory; the
+// git work tree around it and that tree's git directories, so that a run
+// started in a subdirectory of a repository can commit as one started at its
+// top; and its home. A work tree whose top is / or above the home is not
+// taken: that is a repository of the machine's, not a project.
+func runDirs(cfg initConfig) []string {
+	dirs := []string{cfg.Dir}
+	home := ""
+	for _, e := range cfg.Env {
+		if v, ok := strings.CutPrefix(e, "HOME="); ok {
+			home = v
+		}
+	}
+	if filepath.IsAbs(cfg.Dir) {
+		if top, gitDirs := gitRepo(cfg.Dir); len(gitDirs) > 0 && top != "/" &&
+			!(filepath.IsAbs(home) && under(filepath.Clean(home), []string{top}) && filepath.Clean(home) != top) {
+			dirs = append(dirs, top)
+			dirs = append(dirs, gitDirs...)
+		}
+	}
+	if home != "" {
+		dirs = append(dirs, home)
+	}
+	return dirs
+}
+
 // guardedPaths are the guarded paths that exist and lie in a writable
 // directory, as they really are (symlinks resolved), each once.
 func guardedPaths(cfg initConfig, writable []string) []string {

@@ -83,3 +83,31 @@ func FuzzGitFileTarget(f *testing.F) {
 		}
 	})
 }
+
+// TestRunDirs takes the work tree around the working directory, but not one
+// whose top is the home's parent: a repository of the machine's.
+func TestRunDirs(t *testing.T) {
+	root := t.TempDir()
+	home := filepath.Join(root, "home")
+	repo := filepath.Join(root, "srv", "repo")
+	for _, d := range []string{filepath.Join(repo, ".git"), filepath.Join(repo, "src"), home} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := runDirs(initConfig{Dir: filepath.Join(repo, "src"), Env: []string{"HOME=" + home}})
+	want := []string{filepath.Join(repo, "src"), repo, filepath.Join(repo, ".git"), home}
+	if !slices.Equal(got, want) {
+		t.Errorf("runDirs in a repository's subdirectory = %v, want %v", got, want)
+	}
+	// The whole tree above the home is a repository: not a project.
+	if err := os.Mkdir(filepath.Join(root, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(home, "work")
+	os.MkdirAll(work, 0o755)
+	got = runDirs(initConfig{Dir: work, Env: []string{"HOME=" + home}})
+	if want := []string{work, home}; !slices.Equal(got, want) {
+		t.Errorf("runDirs under a repository above the home = %v, want %v", got, want)
+	}
+}

@@ -365,13 +365,7 @@ func privateMounts(cfg initConfig) error {
 // reach: its working directory and home. A hidden root itself is not kept.
 func keptDirs(cfg initConfig) []string {
 	var out []string
-	cands := []string{cfg.Dir}
-	for _, e := range cfg.Env {
-		if v, ok := strings.CutPrefix(e, "HOME="); ok {
-			cands = append(cands, v)
-		}
-	}
-	for _, c := range cands {
+	for _, c := range runDirs(cfg) {
 		if c == "" || !filepath.IsAbs(c) {
 			continue
 		}

@@ -79,17 +79,11 @@ func sealHost(writable, guards []string) error {
 	return nil
 }
 
-// writableDirs are the host directories a run writes to: its working
-// directory and home, as they really are (symlinks resolved).
+// writableDirs are the host directories a run writes to (runDirs), as they
+// really are (symlinks resolved).
 func writableDirs(cfg initConfig) []string {
-	cands := []string{cfg.Dir}
-	for _, e := range cfg.Env {
-		if v, ok := strings.CutPrefix(e, "HOME="); ok {
-			cands = append(cands, v)
-		}
-	}
 	var out []string
-	for _, c := range cands {
+	for _, c := range runDirs(cfg) {
 		if c == "" || !filepath.IsAbs(c) {
 			continue
 		}

@@ -477,6 +477,31 @@ func TestWall(t *testing.T) {
 		}
 	})
 
+	t.Run("repository-of-a-subdirectory-kept", func(t *testing.T) {
+		// Started in a subdirectory of a repository that is neither the run's
+		// home nor under it: the run still commits, and writes anywhere in
+		// the work tree, as one started at its top would.
+		repo, home := t.TempDir(), t.TempDir()
+		git := exec.Command("sh", "-c", "git init -q && git config user.email run@example.test && git config user.name run && mkdir -p src && echo x > src/f && chmod -R a+rwX .")
+		git.Dir = repo
+		if out, err := git.CombinedOutput(); err != nil {
+			t.Fatalf("git init: %v\n%s", err, out)
+		}
+		os.Chmod(repo, 0o777)
+		os.Chmod(home, 0o777)
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", `git add f && git commit -qm x && echo COMMITTED; touch ../top-file && echo TOP; (echo x >> ../.git/config) 2>/dev/null && echo CONFIG`},
+			Dir: filepath.Join(repo, "src"), Env: append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")}, nil)
+		if !strings.Contains(r.stdout, "COMMITTED") || !strings.Contains(r.stdout, "TOP") {
+			t.Errorf("in a subdirectory of a repository: %q %q, want a commit and a file at the top", r.stdout, r.stderr)
+		}
+		if strings.Contains(r.stdout, "CONFIG") {
+			t.Errorf("the repository's .git/config was writable")
+		}
+		if _, err := os.Stat(filepath.Join(repo, "top-file")); err != nil {
+			t.Errorf("the file written at the top of the work tree is not there: %v", err)
+		}
+	})
+
 	t.Run("background-processes-die", func(t *testing.T) {
 		var pidns string
 		r := runSpec(t, Spec{Command: []string{"sh", "-c", "sleep 1000 & sleep 1000 & echo started"}}, func(w *Wall) {
