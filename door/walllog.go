@@ -23,7 +23,6 @@ const (
 	nlmsgHdrLen     = 16
 	nfgenMsgLen     = 4
 	nlaHdrLen       = 4
-	nlmsgError      = 2
 	nfnlSubsysULOG  = 4
 	nfulnlMsgPacket = 0
 	nfulaPayload    = 9

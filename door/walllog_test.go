@@ -57,7 +57,7 @@ func TestParseWallLog(t *testing.T) {
 	b = append(b, nflogPacket(afINET, ipv4Packet(protoTCP, "192.0.2.1", 8080))...)
 	// Another netlink message in between is skipped.
 	other := binary.NativeEndian.AppendUint32(nil, 20)
-	other = binary.NativeEndian.AppendUint16(other, nlmsgError)
+	other = binary.NativeEndian.AppendUint16(other, 2) // NLMSG_ERROR
 	other = append(other, make([]byte, 14)...)
 	b = append(b, other...)
 	b = append(b, nflogPacket(afINET6, ipv6Packet(protoUDP, "2001:db8::1", 123))...)

@@ -35,49 +35,59 @@ var guardedInRepo = []string{".envrc"}
 // guardedInGitDir are paths relative to that repository's git directory.
 var guardedInGitDir = []string{"config", "hooks"}
 
+// workPlaces are where a run works: its working directory, the git work tree
+// around it (top, or the directory itself outside a repository) with its git
+// directories, and its home.
+type workPlaces struct {
+	dir, top, home string
+	gitDirs        []string
+}
+
+func workPlacesOf(cfg initConfig) workPlaces {
+	w := workPlaces{dir: cfg.Dir}
+	for _, e := range cfg.Env {
+		if v, ok := strings.CutPrefix(e, "HOME="); ok {
+			w.home = v
+		}
+	}
+	if filepath.IsAbs(cfg.Dir) {
+		w.top, w.gitDirs = gitRepo(cfg.Dir)
+	}
+	return w
+}
+
 // runDirs are the host directories a run works in: its working directory; the
 // git work tree around it and that tree's git directories, so that a run
 // started in a subdirectory of a repository can commit as one started at its
 // top; and its home. A work tree whose top is / or above the home is not
 // taken: that is a repository of the machine's, not a project.
-func runDirs(cfg initConfig) []string {
-	dirs := []string{cfg.Dir}
-	home := ""
-	for _, e := range cfg.Env {
-		if v, ok := strings.CutPrefix(e, "HOME="); ok {
-			home = v
-		}
+func (w workPlaces) runDirs() []string {
+	dirs := []string{w.dir}
+	home := filepath.Clean(w.home)
+	if len(w.gitDirs) > 0 && w.top != "/" && !(filepath.IsAbs(home) && home != w.top && under(home, []string{w.top})) {
+		dirs = append(dirs, w.top)
+		dirs = append(dirs, w.gitDirs...)
 	}
-	if filepath.IsAbs(cfg.Dir) {
-		if top, gitDirs := gitRepo(cfg.Dir); len(gitDirs) > 0 && top != "/" &&
-			!(filepath.IsAbs(home) && under(filepath.Clean(home), []string{top}) && filepath.Clean(home) != top) {
-			dirs = append(dirs, top)
-			dirs = append(dirs, gitDirs...)
-		}
-	}
-	if home != "" {
-		dirs = append(dirs, home)
+	if w.home != "" {
+		dirs = append(dirs, w.home)
 	}
 	return dirs
 }
 
 // guardedPaths are the guarded paths that exist and lie in a writable
 // directory, as they really are (symlinks resolved), each once.
-func guardedPaths(cfg initConfig, writable []string) []string {
+func (w workPlaces) guardedPaths(writable []string) []string {
 	var cands []string
-	for _, e := range cfg.Env {
-		if home, ok := strings.CutPrefix(e, "HOME="); ok && filepath.IsAbs(home) {
-			for _, g := range guardedInHome {
-				cands = append(cands, filepath.Join(home, g))
-			}
+	if filepath.IsAbs(w.home) {
+		for _, g := range guardedInHome {
+			cands = append(cands, filepath.Join(w.home, g))
 		}
 	}
-	if filepath.IsAbs(cfg.Dir) {
-		top, gitDirs := gitRepo(cfg.Dir)
+	if w.top != "" {
 		for _, g := range guardedInRepo {
-			cands = append(cands, filepath.Join(top, g))
+			cands = append(cands, filepath.Join(w.top, g))
 		}
-		for _, d := range gitDirs {
+		for _, d := range w.gitDirs {
 			for _, g := range guardedInGitDir {
 				cands = append(cands, filepath.Join(d, g))
 			}

@@ -39,7 +39,7 @@ func TestGuardedPaths(t *testing.T) {
 	writable := []string{home}
 	cfg := initConfig{Dir: filepath.Join(main, "sub"), Env: []string{"HOME=" + home}}
 	os.MkdirAll(cfg.Dir, 0o755)
-	got := guardedPaths(cfg, writable)
+	got := workPlacesOf(cfg).guardedPaths(writable)
 	for _, want := range []string{
 		filepath.Join(home, ".bashrc"), filepath.Join(home, ".ssh"),
 		filepath.Join(main, ".git", "config"), filepath.Join(main, ".git", "hooks"), filepath.Join(main, ".envrc"),
@@ -53,7 +53,7 @@ func TestGuardedPaths(t *testing.T) {
 	}
 
 	cfg.Dir = filepath.Join(wt, "src")
-	got = guardedPaths(cfg, writable)
+	got = workPlacesOf(cfg).guardedPaths(writable)
 	for _, want := range []string{filepath.Join(main, ".git", "config"), filepath.Join(main, ".git", "hooks")} {
 		if !slices.Contains(got, want) {
 			t.Errorf("linked work tree: guardedPaths lacks the common directory's %s: %v", want, got)
@@ -61,7 +61,7 @@ func TestGuardedPaths(t *testing.T) {
 	}
 
 	// Nothing writable: nothing to guard, the seal covers it.
-	if got := guardedPaths(cfg, []string{"/nonexistent"}); len(got) != 0 {
+	if got := workPlacesOf(cfg).guardedPaths([]string{"/nonexistent"}); len(got) != 0 {
 		t.Errorf("guarded outside the writable directories: %v", got)
 	}
 }
@@ -95,7 +95,7 @@ func TestRunDirs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := runDirs(initConfig{Dir: filepath.Join(repo, "src"), Env: []string{"HOME=" + home}})
+	got := workPlacesOf(initConfig{Dir: filepath.Join(repo, "src"), Env: []string{"HOME=" + home}}).runDirs()
 	want := []string{filepath.Join(repo, "src"), repo, filepath.Join(repo, ".git"), home}
 	if !slices.Equal(got, want) {
 		t.Errorf("runDirs in a repository's subdirectory = %v, want %v", got, want)
@@ -106,7 +106,7 @@ func TestRunDirs(t *testing.T) {
 	}
 	work := filepath.Join(home, "work")
 	os.MkdirAll(work, 0o755)
-	got = runDirs(initConfig{Dir: work, Env: []string{"HOME=" + home}})
+	got = workPlacesOf(initConfig{Dir: work, Env: []string{"HOME=" + home}}).runDirs()
 	if want := []string{work, home}; !slices.Equal(got, want) {
 		t.Errorf("runDirs under a repository above the home = %v, want %v", got, want)
 	}

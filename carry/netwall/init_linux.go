@@ -303,7 +303,8 @@ func privateMounts(cfg initConfig) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make / private: %w", err)
 	}
-	keep := keptDirs(cfg)
+	places := workPlacesOf(cfg)
+	keep := keptDirs(places.runDirs())
 	resolvPath, resolvData := resolvConfUnder()
 
 	type held struct {
@@ -354,18 +355,18 @@ func privateMounts(cfg initConfig) error {
 	if err := ownTerminals(); err != nil {
 		return err
 	}
-	writable := writableDirs(cfg)
-	if err := sealHost(writable, guardedPaths(cfg, writable)); err != nil {
+	writable := writableDirs(places.runDirs())
+	if err := sealHost(writable, places.guardedPaths(writable)); err != nil {
 		return fmt.Errorf("make the host read-only: %w", err)
 	}
 	return nil
 }
 
-// keptDirs are the directories under a hidden root that the run must still
-// reach: its working directory and home. A hidden root itself is not kept.
-func keptDirs(cfg initConfig) []string {
+// keptDirs are the directories of dirs (workPlaces.runDirs) that lie under a
+// hidden root: the run must still reach them. A hidden root itself is not kept.
+func keptDirs(dirs []string) []string {
 	var out []string
-	for _, c := range runDirs(cfg) {
+	for _, c := range dirs {
 		if c == "" || !filepath.IsAbs(c) {
 			continue
 		}

@@ -79,11 +79,11 @@ func sealHost(writable, guards []string) error {
 	return nil
 }
 
-// writableDirs are the host directories a run writes to (runDirs), as they
-// really are (symlinks resolved).
-func writableDirs(cfg initConfig) []string {
+// writableDirs are the directories of dirs (workPlaces.runDirs) as they really
+// are (symlinks resolved), each once: the host directories a run writes to.
+func writableDirs(dirs []string) []string {
 	var out []string
-	for _, c := range runDirs(cfg) {
+	for _, c := range dirs {
 		if c == "" || !filepath.IsAbs(c) {
 			continue
 		}
