@@ -78,6 +78,8 @@ type PathResult struct {
 	RPS             float64
 	RPSErrors       int
 	Idle            *idleResult
+	// ConnectOnly paths have no keep-alive or idle-tunnel rows.
+	ConnectOnly bool
 }
 
 // Report is one run's results.
@@ -211,6 +213,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			return nil, err
 		}
 		res := results[i]
+		res.ConnectOnly = p.connectOnly
 		if p.connectOnly {
 			rep.Paths = append(rep.Paths, res)
 			continue

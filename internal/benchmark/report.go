@@ -60,8 +60,8 @@ func (r *Report) Markdown(w io.Writer) error {
 	b.WriteString("\n### Keep-alive requests (absolute-URI GET through the proxy, origin GET direct)\n\n")
 	b.WriteString("| path | requests/s | × direct | failed requests |\n|---|---:|---:|---:|\n")
 	for _, p := range r.Paths {
-		if p.Name == baselineName {
-			continue // CONNECT only
+		if p.ConnectOnly {
+			continue
 		}
 		fmt.Fprintf(&b, "| %s | %.0f | %s | %d |\n", p.Name, p.RPS, ratio(p.RPS, d.RPS), p.RPSErrors)
 	}
@@ -69,8 +69,8 @@ func (r *Report) Markdown(w io.Writer) error {
 	b.WriteString("\n### Idle CONNECT tunnels held at once\n\n")
 	b.WriteString("| proxy | tunnels up | errors | RSS before MiB | RSS after MiB | KiB per tunnel | descriptors per tunnel | opened in |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, p := range r.Paths[1:] {
-		if p.Name == baselineName {
-			continue // CONNECT only
+		if p.ConnectOnly {
+			continue
 		}
 		if p.Idle == nil {
 			fmt.Fprintf(&b, "| %s | – | – | – | – | – | – | – |\n", p.Name)
