@@ -126,10 +126,10 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		return refuse(store, run, err)
 	}
 	run.Carry = string(c)
-	if !m.IsLocal() && c != carry.NetworkWall {
+	if !m.IsLocal() && c != carry.NetworkWall && c != carry.None {
 		return refuse(store, run, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
-			AtRunTime: fmt.Sprintf("carry %s is not available on remote machines", c),
-			Fix:       "run with a wall (drop --egress-open), or on --machine local"})
+			AtRunTime: fmt.Sprintf("carry %s is not available on remote machines yet", c),
+			Fix:       "run on a Linux machine, or with --egress-open \"<reason>\" to open the network deliberately"})
 	}
 	run.State = records.StateRunning
 	if c == carry.NetworkWall && m.IsLocal() {
@@ -154,7 +154,11 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	switch c {
 	case carry.None:
 		fmt.Fprintf(spec.Warn, "postern: WARNING: run %s has an OPEN network (no wall, no door): --egress-open %q; this is recorded\n", run.ID, run.EgressOpenReason)
-		code, err = runOpen(ctx, spec)
+		if m.IsLocal() {
+			code, err = runOpen(ctx, spec)
+		} else {
+			code, err = runRemote(ctx, store, run, spec, rec, m)
+		}
 	case carry.NetworkWall:
 		code, err = runRemote(ctx, store, run, spec, rec, m)
 	default:

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -66,14 +67,54 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 
 // runOpen runs the command with no wall: the person asked for it with --egress-open.
 func runOpen(ctx context.Context, spec Spec) (int, error) {
-	path, err := exec.LookPath(spec.Command[0])
-	if err != nil {
-		return 127, fmt.Errorf("find %q: %w", spec.Command[0], err)
+	return runOpenCmd(ctx, openRun{Command: spec.Command, Dir: spec.Dir, Env: spec.Env,
+		Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr, Signals: spec.Signals})
+}
+
+// openRun is a command run with no wall.
+type openRun struct {
+	Command               []string
+	Dir                   string
+	Env                   []string
+	Stdin, Stdout, Stderr *os.File
+	Signals               <-chan os.Signal
+	KillGrace             time.Duration // 0: killGrace
+	// OwnSession puts the command in a session of its own, with Stdin as its
+	// controlling terminal when TTY; its whole process group is signalled and,
+	// once the command ends, killed. For an agent's run, whose caller is not
+	// at this machine's terminal.
+	OwnSession, TTY bool
+}
+
+// runOpenCmd runs o to its end, forwarding signals, and on ctx's end sends
+// SIGTERM, then SIGKILL after the grace.
+func runOpenCmd(ctx context.Context, o openRun) (int, error) {
+	path := o.Command[0]
+	if !strings.Contains(path, "/") {
+		p, err := lookPathIn(path, o.Env)
+		if err != nil {
+			return 127, fmt.Errorf("find %q: %w", o.Command[0], err)
+		}
+		path = p
 	}
-	cmd := &exec.Cmd{Path: path, Args: spec.Command, Dir: spec.Dir, Env: spec.Env,
-		Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr}
+	grace := o.KillGrace
+	if grace <= 0 {
+		grace = killGrace
+	}
+	cmd := &exec.Cmd{Path: path, Args: o.Command, Dir: o.Dir, Env: o.Env,
+		Stdin: o.Stdin, Stdout: o.Stdout, Stderr: o.Stderr}
+	if o.OwnSession {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: o.TTY && o.Stdin != nil, Ctty: 0}
+	}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("start %q: %w", spec.Command[0], err)
+		return 0, fmt.Errorf("start %q: %w", o.Command[0], err)
+	}
+	signal := func(sig syscall.Signal) {
+		if o.OwnSession {
+			_ = syscall.Kill(-cmd.Process.Pid, sig)
+			return
+		}
+		_ = cmd.Process.Signal(sig)
 	}
 	waited := make(chan error, 1)
 	go func() { waited <- cmd.Wait() }()
@@ -82,19 +123,42 @@ func runOpen(ctx context.Context, spec Spec) (int, error) {
 	for {
 		select {
 		case err := <-waited:
+			if o.OwnSession {
+				signal(syscall.SIGKILL) // what it left running in its group ends with it
+			}
 			return exitCode(cmd.ProcessState, err)
-		case sig := <-spec.Signals:
-			if sig != syscall.SIGWINCH {
-				_ = cmd.Process.Signal(sig)
+		case sig := <-o.Signals:
+			if s, ok := sig.(syscall.Signal); ok && s != syscall.SIGWINCH {
+				signal(s)
 			}
 		case <-done:
 			done = nil
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			killTimer = time.After(killGrace)
+			signal(syscall.SIGTERM)
+			killTimer = time.After(grace)
 		case <-killTimer:
-			_ = cmd.Process.Kill()
+			signal(syscall.SIGKILL)
 		}
 	}
+}
+
+// lookPathIn finds file in the PATH of env (the process's own when env has none).
+func lookPathIn(file string, env []string) (string, error) {
+	path := os.Getenv("PATH")
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, file)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", exec.ErrNotFound
 }
 
 func exitCode(ps *os.ProcessState, err error) (int, error) {

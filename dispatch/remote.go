@@ -109,22 +109,9 @@ func ProbeRemote(ctx context.Context, m machine.Machine, r Remote) (*probe.Recor
 	if m.IsLocal() {
 		return nil, fmt.Errorf("machine %s is local: probe it with probe.Run", m.Name)
 	}
-	opts := r.SSH
-	if opts.Identity == "" {
-		opts.Identity = m.Identity
-	}
-	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	goos, goarch, err := remotePlatform(ctx, m, r)
 	if err != nil {
-		return nil, fmt.Errorf("machine %s: %w", m.Name, err)
-	}
-	out, err := sshTransport{sc}.Output(ctx, "uname -s -m")
-	sc.Close()
-	if err != nil {
-		return nil, fmt.Errorf("machine %s: ask its OS and architecture: %w", m.Name, err)
-	}
-	goos, goarch, err := platform(string(out))
-	if err != nil {
-		return nil, fmt.Errorf("machine %s: %w", m.Name, err)
+		return nil, err
 	}
 	sc, c, p, err := connectAgent(ctx, m, goos, goarch, r)
 	if err != nil {
@@ -139,6 +126,27 @@ func ProbeRemote(ctx context.Context, m machine.Machine, r Remote) (*probe.Recor
 	awaitAgent(p)
 	rec.Name = m.Name
 	return rec, nil
+}
+
+// remotePlatform asks a machine its OS and architecture.
+func remotePlatform(ctx context.Context, m machine.Machine, r Remote) (goos, goarch string, err error) {
+	opts := r.SSH
+	if opts.Identity == "" {
+		opts.Identity = m.Identity
+	}
+	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	if err != nil {
+		return "", "", fmt.Errorf("machine %s: %w", m.Name, err)
+	}
+	out, err := sshTransport{sc}.Output(ctx, "uname -s -m")
+	sc.Close()
+	if err != nil {
+		return "", "", fmt.Errorf("machine %s: ask its OS and architecture: %w", m.Name, err)
+	}
+	if goos, goarch, err = platform(string(out)); err != nil {
+		return "", "", fmt.Errorf("machine %s: %w", m.Name, err)
+	}
+	return goos, goarch, nil
 }
 
 // platform maps 'uname -s -m' to GOOS and GOARCH.
@@ -181,7 +189,18 @@ func runRemote(ctx context.Context, store *records.Store, run *records.Run, spec
 	if r.Progress == nil && isTerminal(spec.Stderr) {
 		r.Progress = spec.Stderr
 	}
-	sc, c, p, err := connectAgent(ctx, m, rec.OS, rec.Arch, r)
+	// A run with a wall needs a record, which names the platform; an open
+	// run may go to a machine never measured, which is asked.
+	var goos, goarch string
+	if rec != nil && rec.OS != "" {
+		goos, goarch = rec.OS, rec.Arch
+	} else {
+		var err error
+		if goos, goarch, err = remotePlatform(ctx, m, r); err != nil {
+			return 0, err
+		}
+	}
+	sc, c, p, err := connectAgent(ctx, m, goos, goarch, r)
 	if err != nil {
 		return 0, err
 	}
@@ -195,7 +214,7 @@ func runRemote(ctx context.Context, store *records.Store, run *records.Run, spec
 // first: a record measured on another kernel no longer says what this one can
 // wall, and the run is refused before its command is sent.
 func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spec Spec, rec *probe.Record, m machine.Machine, src []byte, c *agent.Client, p agent.Process) (int, error) {
-	if _, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, Kernel: c.Hello.Kernel}); err != nil {
+	if _, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, Kernel: c.Hello.Kernel, EgressOpen: run.EgressOpenReason}); err != nil {
 		var ref *carry.Refusal
 		if errors.As(err, &ref) && ref.Kernel != "" {
 			ref.Fix = fmt.Sprintf("machine %s now runs kernel %s: %s", m.Name, c.Hello.Kernel, ref.Fix)
@@ -205,7 +224,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	req := agent.RunRequest{
 		ID: run.ID, Machine: m.Name, Lane: run.Lane, Command: spec.Command,
 		Env: remoteEnv(spec.Env), Policy: src, PolicyAt: spec.PolicyPath,
-		AddHosts: spec.AddHosts, Resolver: spec.Resolver,
+		AddHosts: spec.AddHosts, Resolver: spec.Resolver, Open: run.EgressOpenReason,
 	}
 	cio := agent.ClientIO{Stdout: spec.Stdout, Stderr: spec.Stderr, Signals: spec.Signals}
 	if spec.Stdin != nil {
@@ -254,7 +273,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	}
 	switch {
 	case exit.Refused:
-		return 0, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: rec.MeasuredAt, AtRunTime: exit.Error, Fix: exit.Fix}
+		return 0, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec), AtRunTime: exit.Error, Fix: exit.Fix}
 	case exit.Error != "":
 		return exit.Code, fmt.Errorf("machine %s: %s", m.Name, exit.Error)
 	}
@@ -316,6 +335,9 @@ func (t *localTerminal) restore() {
 // controller sent and runs the command behind the wall with the door beside it,
 // exactly as a local run does, with the given streams and event sink.
 func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, logger *slog.Logger) (int, error) {
+	if strings.TrimSpace(req.Open) != "" {
+		return serveOpenRun(ctx, req, rio)
+	}
 	pol := policy.Nothing()
 	if len(req.Policy) > 0 {
 		name := req.PolicyAt
@@ -358,6 +380,23 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		return 0, &agent.RefusedError{Reason: ref.AtRunTime, Fix: ref.Fix}
 	}
 	return code, err
+}
+
+// serveOpenRun is the agent's side of a run with no wall (--egress-open): the
+// command runs as the remote user would run it, in a session of its own that
+// ends with it, or is ended when the controller goes.
+func serveOpenRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO) (int, error) {
+	dir := req.Dir
+	if dir == "" {
+		dir, _ = os.UserHomeDir()
+	}
+	rio.OnStart("none: open network (--egress-open)")
+	return runOpenCmd(ctx, openRun{
+		Command: req.Command, Dir: dir, Env: append(os.Environ(), req.Env...),
+		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr,
+		Signals: rio.Signals, KillGrace: rio.KillGrace,
+		OwnSession: true, TTY: req.TTY,
+	})
 }
 
 // ProbeHere is the agent's side of a remote probe.

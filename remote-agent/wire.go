@@ -266,8 +266,11 @@ type RunRequest struct {
 	AddHosts []string `json:"add_hosts,omitempty"`
 	Resolver string   `json:"resolver,omitempty"`
 	TTY      bool     `json:"tty,omitempty"`
-	Rows     uint16   `json:"rows,omitempty"`
-	Cols     uint16   `json:"cols,omitempty"`
+	// Open is the person's reason to run with no wall and no door
+	// (--egress-open); "" walls the run.
+	Open string `json:"open,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
 }
 
 // Started says the run is inside its wall.

@@ -413,6 +413,38 @@ func TestRemoteRunReachesUpstreamThroughItsDoor(t *testing.T) {
 	}
 }
 
+// TestRemoteEgressOpen runs on a remote machine with --egress-open: no wall
+// and no door (the upstream is reached straight from the remote's own network,
+// with a port no policy lists), a warning, and a record that says so — on a
+// machine never measured, as a local open run needs no measurement either.
+func TestRemoteEgressOpen(t *testing.T) {
+	r := newRemoteLab(t)
+	r.C.writeSSH(t, "config", fmt.Sprintf("Host far-alias\n  HostName %s\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n", r.Remote.Addr))
+	r.C.trust(t, r.Remote.Addr.String(), r.Remote.HostPub)
+	r.C.mustPostern(t, "machine", "add", "far", "--ssh", "far-alias")
+	stdout, stderr, code := r.C.postern(t, "run", "--machine", "far", "--egress-open", "installing from the vendor", "--",
+		"sh", "-c", "curl -sS --max-time 10 -o /dev/null -w '%{http_code}' http://"+r.Link.AddrB.String()+":80/; readlink /proc/self/ns/net >&2; exit 3")
+	if code != 3 || stdout != "200" {
+		t.Fatalf("open remote run: exit %d, stdout %q, stderr %q; want the upstream reached and exit 3", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "WARNING") || !strings.Contains(stderr, "OPEN network") || !strings.Contains(stderr, "installing from the vendor") {
+		t.Errorf("no warning of the open network on stderr: %q", stderr)
+	}
+	// The run was in the remote's own network namespace, not a wall's.
+	remoteNet, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", r.Remote.cmd.Process.Pid))
+	if err != nil || !strings.Contains(stderr, remoteNet) {
+		t.Errorf("the open run's network namespace (stderr %q) is not the remote's own (%s, %v)", stderr, remoteNet, err)
+	}
+	run := lastRun(t, r.C)
+	if run.Carry != "none" || run.EgressOpenReason != "installing from the vendor" || run.State != records.StateExited ||
+		run.ExitCode == nil || *run.ExitCode != 3 || !strings.Contains(run.Landlock, "open network") {
+		t.Fatalf("run record: %+v", run)
+	}
+	if evs := r.C.mustPostern(t, "runs", "events", run.ID, "--json"); strings.TrimSpace(evs) != "" {
+		t.Errorf("an open run has door events:\n%s", evs)
+	}
+}
+
 func TestRemoteAgentReusedAndReinstalledWhenDamaged(t *testing.T) {
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")

@@ -135,10 +135,24 @@ func (p *ptyProc) exit(t *testing.T, d time.Duration) int {
 func TestRemoteTerminal(t *testing.T) {
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
+	// The same with no wall (--egress-open): the command gets the terminal
+	// as its controlling one, in a session of its own on the remote.
+	for _, open := range []bool{false, true} {
+		name := "walled"
+		args := []string{"run", "--machine", "far"}
+		if open {
+			name = "open"
+			args = append(args, "--egress-open", "a terminal test")
+		}
+		t.Run(name, func(t *testing.T) { remoteTerminal(t, r, args) })
+	}
+}
+
+func remoteTerminal(t *testing.T, r *remoteLab, args []string) {
 	script := `tty; echo "TERM=$TERM"; echo "SIZE $(stty size)"; echo READY
 while [ "$(stty size)" = "33 101" ]; do sleep 0.05; done
 echo "RESIZED $(stty size)"; sleep 100; echo "NOT INTERRUPTED"`
-	p := r.C.startOnPTY(t, 33, 101, "run", "--machine", "far", "--", "sh", "-c", script)
+	p := r.C.startOnPTY(t, 33, 101, append(args, "--", "sh", "-c", script)...)
 	p.waitFor(t, 30*time.Second, regexp.MustCompile(`READY`))
 	out := p.output()
 	if !regexp.MustCompile(`/dev/pts/\d+`).MatchString(out) || !strings.Contains(out, "SIZE 33 101") || !strings.Contains(out, "TERM=xterm-remote-test") {
