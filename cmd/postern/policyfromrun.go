@@ -102,10 +102,18 @@ func policyFromEvents(run *records.Run, evs []door.Event) string {
 	var refused, deny []string
 	seenRefused := map[string]bool{}
 	for _, ev := range evs {
-		if ev.Event != "decision" || ev.Kind == "dns" || ev.Port == 0 {
+		if ev.Event != "decision" || ev.Host == "" {
 			continue
 		}
-		target := ev.Host + ":" + strconv.Itoa(int(ev.Port))
+		// A lookup admitted is not yet a connection: what the run reached is
+		// in the connections' decisions. A lookup refused is kept below.
+		if ev.Kind == "dns" && ev.Decision == "allow" && !ev.WouldDeny {
+			continue
+		}
+		target := ev.Host
+		if ev.Port != 0 {
+			target += ":" + strconv.Itoa(int(ev.Port))
+		}
 		// Under observe a name the policy's deny rules cover was let through;
 		// the deny was the person's choice, so it stays refused.
 		deniedByRule := strings.HasPrefix(ev.Reason, policy.ReasonDeniedByRule)
@@ -120,6 +128,9 @@ func policyFromEvents(run *records.Run, evs []door.Event) string {
 				refused = append(refused, fmt.Sprintf("%s (%s: %s)", target, ev.Kind, ev.Reason))
 			}
 			continue
+		}
+		if ev.Kind == "dns" || ev.Port == 0 {
+			continue // a lookup enforce would refuse, let through: its connection says the rest
 		}
 		ports[ev.Port] = true
 		if a, err := netip.ParseAddr(ev.Host); err == nil {

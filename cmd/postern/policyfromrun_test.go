@@ -30,6 +30,10 @@ func TestPolicyFromEvents(t *testing.T) {
 		ev("transparent", "169.254.169.254", 80, "169.254.169.254", "deny", "hard floor: cloud metadata address", false),
 		ev("transparent", "gist.github.com", 443, "140.82.112.4", "allow", policy.ReasonDeniedByRule, true),
 		ev("wall", "192.0.2.7", 0, "", "deny", "icmp; the wall lets out only tcp", false),
+		// Refused at the lookup: a deny rule's name, and a name no rule allowed.
+		ev("dns", "secret.github.com", 0, "", "deny", policy.ReasonDeniedByRule, false),
+		ev("dns", "unknown.test", 0, "", "deny", "no allow rule matches", false),
+		ev("dns", "new.test", 0, "198.18.0.9", "allow", "no allow rule matches", true),
 	}
 	run := &records.Run{ID: "r1", Machine: "local", Mode: "observe", Command: []string{"agent", "--fix"}}
 	src := policyFromEvents(run, evs)
@@ -57,8 +61,15 @@ func TestPolicyFromEvents(t *testing.T) {
 			t.Errorf("%s:%d: %+v, want allowed", c.addr, c.port, d)
 		}
 	}
-	if d := pol.DecideName("gist.github.com", 443); d.Verdict == policy.Allow {
-		t.Errorf("a name the run's deny rule covered is allowed: %+v", d)
+	for _, n := range []string{"gist.github.com", "secret.github.com", "unknown.test", "new.test"} {
+		if d := pol.DecideName(n, 443); d.Verdict == policy.Allow {
+			t.Errorf("%s, refused during the run or only looked up, is allowed: %+v", n, d)
+		}
+	}
+	for _, want := range []string{"#   unknown.test (dns: no allow rule matches)", `"secret.github.com", # denied by a rule`} {
+		if !strings.Contains(src, want) {
+			t.Errorf("written policy lacks %q", want)
+		}
 	}
 	if strings.Contains(src, `"api.github.com"`) {
 		t.Errorf("a subdomain of an allowed name is listed on its own:\n%s", src)

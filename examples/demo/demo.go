@@ -210,6 +210,20 @@ func demo(ctx context.Context, cfg config, w io.Writer) error {
 		problems = append(problems, fmt.Sprintf("the door never looked up %s, yet the agent reached it", nameAllowed))
 	}
 
+	// 7. The policy the run itself suggests: exactly what it reached.
+	heading(w, "7. A policy written from what the run reached")
+	fmt.Fprintf(w, "$ postern policy from-run %s\n", id)
+	gen, err := command(ctx, cfg, env, nil, "policy", "from-run", id)
+	indent(w, gen)
+	switch {
+	case err != nil:
+		problems = append(problems, fmt.Sprintf("policy from-run: %v", err))
+	case !strings.Contains(gen, `mode = "enforce"`) || !strings.Contains(gen, `"`+nameAllowed+`"`) ||
+		!strings.Contains(gen, "hard floor"):
+		problems = append(problems, "policy from-run did not allow "+nameAllowed+" or did not list the floor's refusal")
+	}
+	fmt.Fprintln(w, "Under observe mode (examples/policies/observe.hcl) the same command writes the enforce policy for a new agent.")
+
 	// Tear down before the verdict, so a failure leaves nothing behind either.
 	heading(w, "Result")
 	io.WriteString(w, table)
