@@ -308,6 +308,12 @@ func TestWall(t *testing.T) {
 			{[]string{"nsenter", "--net=/proc/1/ns/net", "true"}, "nsenter: "},
 			{[]string{"nsenter", "--net=/proc/self/ns/net", "true"}, "Operation not permitted"},
 			{[]string{"kill", "-9", strconv.Itoa(os.Getpid())}, "No such process"},
+			// The wall's init (pid 1 here) keeps capabilities in the run's user
+			// namespace: the run, with none, may not reach into it — not its
+			// descriptors (the door's listeners passed through it), not its memory.
+			{[]string{"ls", "-l", "/proc/1/fd/0"}, "Permission denied"},
+			{[]string{"cat", "/proc/1/environ"}, "Permission denied"},
+			{[]string{"cat", "/proc/1/mem"}, "Permission denied"},
 		} {
 			r := runWalled(t, []uint16{443}, tc.argv...)
 			if r.code == 0 || !strings.Contains(r.stderr, tc.want) {

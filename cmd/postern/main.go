@@ -34,6 +34,7 @@ var rootCmd = &cobra.Command{
 }
 
 func main() {
+	keepInheritedFromChildren()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := rootCmd.ExecuteContext(ctx)

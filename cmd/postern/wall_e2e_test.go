@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -1524,5 +1525,56 @@ func TestWallStdoutTerminalIsNotReadable(t *testing.T) {
 	}
 	if tio.Lflag&unix.ECHO == 0 || tio.Lflag&unix.ICANON == 0 {
 		t.Errorf("the run changed the person's terminal (lflag %#x): echo or canonical mode is off", tio.Lflag)
+	}
+}
+
+// TestWallCallersDescriptorsStayWithPostern starts postern with a descriptor
+// its caller left open (not close-on-exec, as a shell or a build tool's
+// jobserver leaves them) and checks, while the run is up, that no process but
+// postern itself holds it: not the wall's init, not the run.
+func TestWallCallersDescriptorsStayWithPostern(t *testing.T) {
+	testhosts.RequireRoot(t)
+	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
+	leaked := filepath.Join(t.TempDir(), "callers-file")
+	f, err := os.Create(leaked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := p.command(ctx, "run", "--", "sh", "-c", "echo up; sleep 30")
+	// fds 3 to 5 in postern, not close-on-exec (the init gets its control
+	// socket at 3, so 4 and 5 are what could reach it)
+	cmd.ExtraFiles = []*os.File{f, f, f}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if line != "up\n" {
+		t.Fatalf("the run did not start: %q", line)
+	}
+	var holders []string
+	procs, _ := os.ReadDir("/proc")
+	for _, pe := range procs {
+		pid, err := strconv.Atoi(pe.Name())
+		if err != nil || pid == cmd.Process.Pid || pid == os.Getpid() {
+			continue
+		}
+		fds, _ := os.ReadDir("/proc/" + pe.Name() + "/fd")
+		for _, fe := range fds {
+			if l, _ := os.Readlink("/proc/" + pe.Name() + "/fd/" + fe.Name()); l == leaked {
+				cmdline, _ := os.ReadFile("/proc/" + pe.Name() + "/cmdline")
+				holders = append(holders, fmt.Sprintf("pid %d fd %s: %s", pid, fe.Name(), strings.ReplaceAll(string(cmdline), "\x00", " ")))
+			}
+		}
+	}
+	if len(holders) > 0 {
+		t.Fatalf("postern's caller's descriptor reached its children:\n%s", strings.Join(holders, "\n"))
 	}
 }
