@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -91,7 +90,7 @@ type openRun struct {
 func runOpenCmd(ctx context.Context, o openRun) (int, error) {
 	path := o.Command[0]
 	if !strings.Contains(path, "/") {
-		p, err := lookPathIn(path, o.Env)
+		p, err := exec.LookPath(path)
 		if err != nil {
 			return 127, fmt.Errorf("find %q: %w", o.Command[0], err)
 		}
@@ -139,26 +138,6 @@ func runOpenCmd(ctx context.Context, o openRun) (int, error) {
 			signal(syscall.SIGKILL)
 		}
 	}
-}
-
-// lookPathIn finds file in the PATH of env (the process's own when env has none).
-func lookPathIn(file string, env []string) (string, error) {
-	path := os.Getenv("PATH")
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
-	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, file)
-		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
-			return p, nil
-		}
-	}
-	return "", exec.ErrNotFound
 }
 
 func exitCode(ps *os.ProcessState, err error) (int, error) {

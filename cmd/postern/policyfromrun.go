@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"os"
 	"slices"
@@ -152,19 +153,11 @@ func policyFromEvents(run *records.Run, evs []door.Event) string {
 	b.WriteString("# Review it before use: every entry below is something the run did.\n")
 	b.WriteString("mode = \"enforce\"\n")
 
-	portList := make([]uint16, 0, len(ports))
-	for p := range ports {
-		portList = append(portList, p)
-	}
-	slices.Sort(portList)
+	portList := slices.Collect(maps.Keys(ports))
 	if len(portList) == 0 {
 		portList = slices.Clone(policy.DefaultPorts)
 	}
-	ps := make([]string, len(portList))
-	for i, p := range portList {
-		ps[i] = strconv.Itoa(int(p))
-	}
-	fmt.Fprintf(&b, "ports = [%s]\n", strings.Join(ps, ", "))
+	b.WriteString(policy.PortsLine(portList) + "\n")
 
 	// A name already covered by a listed parent name (api.example.com under
 	// example.com) adds nothing.

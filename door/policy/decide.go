@@ -261,10 +261,11 @@ func (p *Policy) Suggest(h Host, port uint16) string {
 	if p.PortAllowed(port) {
 		return line
 	}
-	return portsLine(append(slices.Clone(p.Ports), port)) + "\n" + line
+	return PortsLine(append(slices.Clone(p.Ports), port)) + "\n" + line
 }
 
-func portsLine(ports []uint16) string {
+// PortsLine is the policy line `ports = [...]` for ports, sorted, each once.
+func PortsLine(ports []uint16) string {
 	slices.Sort(ports)
 	ports = slices.Compact(ports)
 	var b strings.Builder

@@ -406,7 +406,7 @@ func (c *compiler) hostRule(attr, text string, isAllow bool) (r HostRule, summar
 	}
 	r.Name, r.Port = h.Name, port
 	if isAllow && port != 0 && !slices.Contains(c.p.Ports, port) {
-		with := portsLine(append(slices.Clone(c.p.Ports), port))
+		with := PortsLine(append(slices.Clone(c.p.Ports), port))
 		return r, fmt.Sprintf("port %d of allow entry %q is not in ports", port, text),
 			fmt.Sprintf("the wall sends only the ports listed there to the door, so a connection to port %d never reaches it; add the port: %s", port, with)
 	}
