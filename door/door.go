@@ -93,7 +93,7 @@ func New(cfg Config) (*Door, error) {
 	d.dial = func(ctx context.Context, ap netip.AddrPort) (net.Conn, error) {
 		// No TCP keep-alive upstream (as squid and tinyproxy): it costs four
 		// setsockopts per dial and a probe per idle tunnel every 15s.
-		nd := net.Dialer{KeepAlive: -1}
+		nd := net.Dialer{KeepAlive: -1, Control: connectInPlace(ap)}
 		return nd.DialContext(ctx, "tcp", ap.String())
 	}
 	d.origDst = func(c net.Conn) (netip.AddrPort, error) {
