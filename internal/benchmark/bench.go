@@ -73,11 +73,18 @@ type PathResult struct {
 	// ThroughputRatio is the median of the rounds' ratios to the direct
 	// path's throughput in the same round; 0 when either path failed.
 	ThroughputRatio float64
-	LatP50          time.Duration
-	LatP99          time.Duration
-	RPS             float64
-	RPSErrors       int
-	Idle            *idleResult
+	// CPUPerGiB is the CPU time the whole machine spent per GiB moved, in
+	// seconds: client, proxy, server and kernel (median of the rounds).
+	CPUPerGiB float64
+	LatP50    time.Duration
+	LatP99    time.Duration
+	// The medians of each step of a setup sample: the TCP connect (to the
+	// proxy, or direct to the upstream), the CONNECT exchange, the first
+	// byte's echo.
+	ConnectP50, Connect200P50, EchoP50 time.Duration
+	RPS                                float64
+	RPSErrors                          int
+	Idle                               *idleResult
 	// ConnectOnly paths have no keep-alive or idle-tunnel rows.
 	ConnectOnly bool
 }
@@ -256,7 +263,8 @@ func interleaved(ctx context.Context, log *slog.Logger, cfg Config, paths []*pat
 	rounds := cfg.BulkRuns
 	perRound := max(cfg.LatencySamples/rounds, 1)
 	rates := make([][]float64, len(paths))
-	lats := make([][]time.Duration, len(paths))
+	cpus := make([][]float64, len(paths))
+	lats := make([][]setupPhases, len(paths))
 	failed := make([]bool, len(paths))
 	for r := 0; r < rounds; r++ {
 		log.Info("throughput and setup latency", "round", r+1, "of", rounds, "bytes", cfg.BulkBytes, "samples", perRound)
@@ -269,9 +277,9 @@ func interleaved(ctx context.Context, log *slog.Logger, cfg Config, paths []*pat
 				continue
 			}
 			p := paths[i]
-			rate, err := throughput(ctx, p, cfg.BulkBytes, 1)
+			rate, cpu, err := throughput(ctx, p, cfg.BulkBytes, 1)
 			if err == nil {
-				var lat []time.Duration
+				var lat []setupPhases
 				lat, err = setupLatency(ctx, p, perRound)
 				lats[i] = append(lats[i], lat...)
 			}
@@ -281,6 +289,9 @@ func interleaved(ctx context.Context, log *slog.Logger, cfg Config, paths []*pat
 				continue
 			}
 			rates[i] = append(rates[i], rate)
+			if cpu > 0 {
+				cpus[i] = append(cpus[i], cpu)
+			}
 		}
 	}
 	for i := range paths {
@@ -295,8 +306,16 @@ func interleaved(ctx context.Context, log *slog.Logger, cfg Config, paths []*pat
 			}
 			res.ThroughputRatio = median(ratios)
 		}
-		slices.Sort(lats[i])
-		res.LatP50, res.LatP99 = percentile(lats[i], 0.50), percentile(lats[i], 0.99)
+		if len(cpus[i]) > 0 {
+			res.CPUPerGiB = median(cpus[i])
+		}
+		totals := make([]time.Duration, len(lats[i]))
+		for k, ph := range lats[i] {
+			totals[k] = ph.total()
+		}
+		slices.Sort(totals)
+		res.LatP50, res.LatP99 = percentile(totals, 0.50), percentile(totals, 0.99)
+		res.ConnectP50, res.Connect200P50, res.EchoP50 = phaseP50s(lats[i])
 	}
 	return nil
 }

@@ -43,62 +43,126 @@ func (p *path) direct() bool { return p.proxy == nil }
 // dial opens a byte stream to dst: a TCP connection, or a CONNECT tunnel
 // through the path's proxy.
 func (p *path) dial(ctx context.Context, dst netip.AddrPort) (net.Conn, error) {
+	c, _, err := p.dialTimed(ctx, dst)
+	return c, err
+}
+
+// setupPhases is how long each step of opening a connection took.
+type setupPhases struct {
+	Connect    time.Duration // TCP connect, to the proxy or to the upstream
+	Connect200 time.Duration // CONNECT written to its 200 read; 0 direct
+	Echo       time.Duration // one byte out to its echo back (setupLatency)
+}
+
+func (s setupPhases) total() time.Duration { return s.Connect + s.Connect200 + s.Echo }
+
+// dialTimed is dial, timing the TCP connect and the CONNECT exchange.
+func (p *path) dialTimed(ctx context.Context, dst netip.AddrPort) (net.Conn, setupPhases, error) {
 	var d net.Dialer
+	var ph setupPhases
+	start := time.Now()
 	if p.direct() {
-		return d.DialContext(ctx, "tcp", dst.String())
+		c, err := d.DialContext(ctx, "tcp", dst.String())
+		ph.Connect = time.Since(start)
+		return c, ph, err
 	}
 	c, err := d.DialContext(ctx, "tcp", p.proxy.Addr)
 	if err != nil {
-		return nil, err
+		return nil, ph, err
 	}
+	ph.Connect = time.Since(start)
+	start = time.Now()
 	if dl, ok := ctx.Deadline(); ok {
 		c.SetDeadline(dl)
 	}
 	target := dst.String()
 	if _, err := io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"); err != nil {
 		c.Close()
-		return nil, err
+		return nil, ph, err
 	}
 	br := bufio.NewReaderSize(c, 1024)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
 		c.Close()
-		return nil, fmt.Errorf("connect %s via %s: %w", target, p.Name, err)
+		return nil, ph, fmt.Errorf("connect %s via %s: %w", target, p.Name, err)
 	}
 	if resp.StatusCode != 200 {
 		c.Close()
-		return nil, fmt.Errorf("connect %s via %s: %s", target, p.Name, resp.Status)
+		return nil, ph, fmt.Errorf("connect %s via %s: %s", target, p.Name, resp.Status)
 	}
 	if br.Buffered() > 0 {
 		c.Close()
-		return nil, fmt.Errorf("connect %s via %s: proxy sent bytes before the client spoke", target, p.Name)
+		return nil, ph, fmt.Errorf("connect %s via %s: proxy sent bytes before the client spoke", target, p.Name)
 	}
+	ph.Connect200 = time.Since(start)
 	c.SetDeadline(time.Time{})
-	return c, nil
+	return c, ph, nil
 }
 
 // throughput fetches size bytes runs times through one tunnel each and returns
-// the median rate in bytes per second.
-func throughput(ctx context.Context, p *path, size int64, runs int) (float64, error) {
+// the median rate in bytes per second, and the median CPU time the whole
+// machine spent per GiB moved (client, proxy, server and kernel alike).
+func throughput(ctx context.Context, p *path, size int64, runs int) (rate, cpuPerGiB float64, err error) {
 	buf := make([]byte, 256<<10)
-	var rates []float64
+	var rates, cpus []float64
 	for i := 0; i < runs; i++ {
 		c, err := p.dial(ctx, p.bulk)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
+		busy0, berr := machineBusy()
 		start := time.Now()
 		err = fetch(c, buf, size)
 		el := time.Since(start)
+		busy1, berr1 := machineBusy()
 		c.Close()
 		if err != nil {
-			return 0, fmt.Errorf("bulk via %s: %w", p.Name, err)
+			return 0, 0, fmt.Errorf("bulk via %s: %w", p.Name, err)
 		}
 		rates = append(rates, float64(size)/el.Seconds())
+		if berr == nil && berr1 == nil {
+			cpus = append(cpus, (busy1-busy0).Seconds()/(float64(size)/(1<<30)))
+		}
 	}
 	slices.Sort(rates)
-	return rates[len(rates)/2], nil
+	if len(cpus) > 0 {
+		cpuPerGiB = median(cpus)
+	}
+	return rates[len(rates)/2], cpuPerGiB, nil
 }
+
+// machineBusy is the CPU time all cores have spent not idle since boot, from
+// /proc/stat.
+func machineBusy() (time.Duration, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, err
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 8 || f[0] != "cpu" {
+		return 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var busy int64
+	for i, v := range f[1:] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		if i >= 8 { // guest times are already counted in user
+			break
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/stat: %w", err)
+		}
+		busy += n
+	}
+	return time.Duration(busy) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/stat: 100 on every Linux
+// architecture Go supports.
+const clockTicks = 100
 
 func fetch(c net.Conn, buf []byte, n int64) error {
 	var hdr [8]byte
@@ -124,41 +188,56 @@ func fetch(c net.Conn, buf []byte, n int64) error {
 
 // setupLatency measures, n times, a new connection up to the first echoed
 // byte: dial (and CONNECT), send one byte, read it back.
-func setupLatency(ctx context.Context, p *path, n int) ([]time.Duration, error) {
-	one := func() (time.Duration, error) {
+func setupLatency(ctx context.Context, p *path, n int) ([]setupPhases, error) {
+	one := func() (setupPhases, error) {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		start := time.Now()
-		c, err := p.dial(cctx, p.echo)
+		c, ph, err := p.dialTimed(cctx, p.echo)
 		if err != nil {
-			return 0, err
+			return ph, err
 		}
 		defer c.Close()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
+		start := time.Now()
+		c.SetDeadline(start.Add(5 * time.Second))
 		var b [1]byte
 		if _, err := c.Write([]byte{'x'}); err != nil {
-			return 0, err
+			return ph, err
 		}
 		if _, err := io.ReadFull(c, b[:]); err != nil {
-			return 0, err
+			return ph, err
 		}
-		return time.Since(start), nil
+		ph.Echo = time.Since(start)
+		return ph, nil
 	}
 	for i := 0; i < n/20+5; i++ { // warm up
 		if _, err := one(); err != nil {
 			return nil, fmt.Errorf("latency via %s: %w", p.Name, err)
 		}
 	}
-	out := make([]time.Duration, 0, n)
+	out := make([]setupPhases, 0, n)
 	for i := 0; i < n; i++ {
-		d, err := one()
+		ph, err := one()
 		if err != nil {
 			return nil, fmt.Errorf("latency via %s: %w", p.Name, err)
 		}
-		out = append(out, d)
+		out = append(out, ph)
 	}
-	slices.Sort(out)
 	return out, nil
+}
+
+// phaseP50s are the medians of each phase of samples, and of their totals.
+func phaseP50s(samples []setupPhases) (connect, connect200, echo time.Duration) {
+	med := func(f func(setupPhases) time.Duration) time.Duration {
+		xs := make([]time.Duration, len(samples))
+		for i, s := range samples {
+			xs[i] = f(s)
+		}
+		slices.Sort(xs)
+		return percentile(xs, 0.50)
+	}
+	return med(func(s setupPhases) time.Duration { return s.Connect }),
+		med(func(s setupPhases) time.Duration { return s.Connect200 }),
+		med(func(s setupPhases) time.Duration { return s.Echo })
 }
 
 func percentile(sorted []time.Duration, q float64) time.Duration {

@@ -44,9 +44,16 @@ func (r *Report) Markdown(w io.Writer) error {
 
 	b.WriteString("### Bulk throughput through a CONNECT tunnel\n\n")
 	b.WriteString("Rounds interleave the paths; MB/s is a path's median, × direct the median of its per-round ratios.\n\n")
-	b.WriteString("| path | MB/s | × direct |\n|---|---:|---:|\n")
+	b.WriteString("CPU s per GiB is the time all cores spent busy (client, proxy, server and kernel) for each GiB moved. ")
+	fmt.Fprintf(&b, "The last column is the most the %d cores could carry at that cost per GiB were they all busy with nothing else (cores ÷ CPU s per GiB), as a fraction of the direct path's measured rate: the path cannot pass it on this machine without spending less CPU per byte.\n\n", m.Cores)
+	b.WriteString("| path | MB/s | × direct | CPU s per GiB | ceiling × direct |\n|---|---:|---:|---:|---:|\n")
 	for _, p := range r.Paths {
-		fmt.Fprintf(&b, "| %s | %.0f | %s |\n", p.Name, p.Throughput/1e6, ratio(p.tputRatio(d), 1))
+		cpu, ceiling := "–", "–"
+		if p.CPUPerGiB > 0 && d.Throughput > 0 {
+			cpu = fmt.Sprintf("%.2f", p.CPUPerGiB)
+			ceiling = fmt.Sprintf("%.2f×", float64(m.Cores)/p.CPUPerGiB*(1<<30)/d.Throughput)
+		}
+		fmt.Fprintf(&b, "| %s | %.0f | %s | %s | %s |\n", p.Name, p.Throughput/1e6, ratio(p.tputRatio(d), 1), cpu, ceiling)
 	}
 
 	b.WriteString("\n### Connection setup (connect, CONNECT, first echoed byte)\n\n")
@@ -55,6 +62,25 @@ func (r *Report) Markdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", p.Name, us(p.LatP50), us(p.LatP99),
 			added(p.LatP50, d.LatP50, p.Name == d.Name), added(p.LatP99, d.LatP99, p.Name == d.Name),
 			ratio(float64(p.LatP50), float64(d.LatP50)))
+	}
+
+	b.WriteString("\n### Where the setup time goes (median of each step)\n\n")
+	b.WriteString("Through a proxy: the client's TCP connect to it, the CONNECT exchange (which holds the proxy's own connect upstream, the counterpart of the direct path's connect), and the byte's echo across two hops.\n\n")
+	b.WriteString("| path | TCP connect µs | CONNECT → 200 µs | first byte echoed µs |\n|---|---:|---:|---:|\n")
+	var proxyConnect time.Duration
+	for _, p := range r.Paths {
+		c200 := "–"
+		if p.Name != d.Name {
+			c200 = us(p.Connect200P50)
+			if p.ConnectP50 > 0 && (proxyConnect == 0 || p.ConnectP50 < proxyConnect) {
+				proxyConnect = p.ConnectP50
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", p.Name, us(p.ConnectP50), c200, us(p.EchoP50))
+	}
+	if proxyConnect > 0 && d.EchoP50 > 0 {
+		fmt.Fprintf(&b, "\nAny CONNECT proxy adds at least the client's connect to it and one request/response round trip to the direct path. Here the fastest connect to a proxy took %s µs and a round trip (the direct path's echo) %s µs, together %s µs spent before the proxy does any work of its own.\n",
+			us(proxyConnect), us(d.EchoP50), us(proxyConnect+d.EchoP50))
 	}
 
 	b.WriteString("\n### Keep-alive requests (absolute-URI GET through the proxy, origin GET direct)\n\n")
