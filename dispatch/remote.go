@@ -363,7 +363,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		Run: req.ID, Machine: req.Machine, Lane: req.Lane,
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
-		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,
+		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true, Warn: rio.Stderr,
 		Signals: rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
 		OnStart: func() {
 			if pol.Mode == policy.Observe {

@@ -77,6 +77,20 @@ func (w workPlaces) runDirs() []string {
 // guardedPaths are the guarded paths that exist and lie in a writable
 // directory, as they really are (symlinks resolved), each once.
 func (w workPlaces) guardedPaths(writable []string) []string {
+	var out []string
+	for _, c := range w.guardCandidates() {
+		real, err := filepath.EvalSymlinks(c)
+		if err != nil || !under(real, writable) || slices.Contains(out, real) {
+			continue
+		}
+		out = append(out, real)
+	}
+	return out
+}
+
+// guardCandidates are the guarded paths of these places, whether they exist
+// or not, as named (not resolved).
+func (w workPlaces) guardCandidates() []string {
 	var cands []string
 	if filepath.IsAbs(w.home) {
 		for _, g := range guardedInHome {
@@ -93,14 +107,74 @@ func (w workPlaces) guardedPaths(writable []string) []string {
 			}
 		}
 	}
-	var out []string
-	for _, c := range cands {
-		real, err := filepath.EvalSymlinks(c)
-		if err != nil || !under(real, writable) || slices.Contains(out, real) {
+	return cands
+}
+
+// A guarded path that does not exist cannot be bound read-only, and one that
+// is a symbolic link is bound at its target while the link itself stays a
+// name in a writable directory: a run can create the first (a ~/.bash_profile
+// that bash will then read instead of ~/.profile) or replace the second. The
+// wall cannot stop either without taking the directory around it from the
+// run, so it watches them instead: what each was before the run, against what
+// it is once every process of the run is gone.
+
+// guardState is what one guarded path was: nothing, a link to a target, or
+// something else (bound read-only inside the run, so unchanged by it).
+type guardState struct {
+	exists bool
+	link   string // the target, for a symbolic link
+}
+
+// watchGuards records, before the run, the guarded paths the wall cannot bind
+// read-only: those missing and those that are symbolic links.
+func watchGuards(w workPlaces) map[string]guardState {
+	writable := writableDirs(w.runDirs())
+	out := make(map[string]guardState)
+	for _, c := range w.guardCandidates() {
+		// The nearest directory above that exists decides whether the run
+		// could make the path (~/.config/systemd with no ~/.config yet).
+		parent := filepath.Dir(c)
+		for {
+			if _, err := os.Stat(parent); err == nil || parent == filepath.Dir(parent) {
+				break
+			}
+			parent = filepath.Dir(parent)
+		}
+		if real, err := filepath.EvalSymlinks(parent); err != nil || !under(real, writable) {
 			continue
 		}
-		out = append(out, real)
+		st, err := os.Lstat(c)
+		switch {
+		case err != nil:
+			out[c] = guardState{}
+		case st.Mode()&os.ModeSymlink != 0:
+			target, err := os.Readlink(c)
+			if err == nil {
+				out[c] = guardState{exists: true, link: target}
+			}
+		}
 	}
+	return out
+}
+
+// guardChanges are the watched paths that are not what they were, in order.
+func guardChanges(before map[string]guardState) []GuardChange {
+	var out []GuardChange
+	for path, was := range before {
+		st, err := os.Lstat(path)
+		switch {
+		case !was.exists && err == nil:
+			out = append(out, GuardChange{Path: path})
+		case was.exists && err == nil && st.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(path); err == nil && target == was.link {
+				continue
+			}
+			fallthrough
+		case was.exists && err == nil:
+			out = append(out, GuardChange{Path: path, Was: "a link to " + was.link})
+		}
+	}
+	slices.SortFunc(out, func(a, b GuardChange) int { return strings.Compare(a.Path, b.Path) })
 	return out
 }
 

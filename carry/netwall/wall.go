@@ -86,3 +86,17 @@ var (
 	// ErrUnsupported means this operating system has no network wall.
 	ErrUnsupported = errors.New("network wall: only available on Linux")
 )
+
+// GuardChange is a guarded path the run created or whose link it replaced.
+type GuardChange struct {
+	Path string
+	// Was is what it was: "" when it did not exist, else "a link to TARGET".
+	Was string
+}
+
+func (c GuardChange) String() string {
+	if c.Was == "" {
+		return c.Path + " appeared during the run"
+	}
+	return c.Path + " was " + c.Was + " and the run replaced it"
+}

@@ -43,6 +43,8 @@ type Wall struct {
 	ctl    *channel
 	lis    door.Listeners
 
+	guards map[string]guardState // watched guarded paths (watchGuards)
+
 	exited  chan struct{} // closed when the init has been waited for
 	state   *os.ProcessState
 	waitErr error
@@ -85,6 +87,8 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if st, err := os.Stat(cfg.Dir); err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("network wall: working directory %q is not a directory this user can reach (%v)", cfg.Dir, err)
 	}
+
+	guards := watchGuards(workPlacesOf(cfg))
 
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -131,7 +135,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		}
 		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
 	}
-	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{})}
+	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, guards: guards, exited: make(chan struct{})}
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
@@ -330,6 +334,20 @@ func (w *Wall) exitCode() (int, error) {
 		return 128 + int(ws.Signal()), fmt.Errorf("network wall: init killed by %v", ws.Signal())
 	}
 	return ws.ExitStatus(), nil
+}
+
+// GuardChanges are the guarded paths the run created, or whose symbolic link
+// it replaced: files that programs outside the wall will obey (a shell's
+// startup files, git's and ssh's configuration, ...), which the wall could not
+// bind read-only because they were missing or were links. It is nil until
+// every process of the run is gone, since only then is the answer final.
+func (w *Wall) GuardChanges() []GuardChange {
+	select {
+	case <-w.exited:
+		return guardChanges(w.guards)
+	default:
+		return nil
+	}
 }
 
 // Close ends the run if it is still going (SIGTERM to the command, then SIGKILL

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -148,6 +149,7 @@ type runResult struct {
 	stdout, stderr string
 	took           time.Duration
 	door           *testDoor
+	guards         []GuardChange // what Wall.GuardChanges said after the run
 }
 
 // runWalled raises a wall around argv with ports, serves it with a testDoor,
@@ -196,12 +198,13 @@ func runSpec(t *testing.T, spec Spec, during func(w *Wall)) runResult {
 	if err != nil {
 		t.Fatalf("Wait(%q): %v", spec.Command, err)
 	}
+	guards := w.GuardChanges()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := os.ReadFile(stdout.Name())
 	errOut, _ := os.ReadFile(stderr.Name())
-	r := runResult{code: code, stdout: strings.TrimSpace(string(out)), stderr: strings.TrimSpace(string(errOut)), took: took, door: d}
+	r := runResult{code: code, stdout: strings.TrimSpace(string(out)), stderr: strings.TrimSpace(string(errOut)), took: took, door: d, guards: guards}
 	t.Logf("%q -> exit %d in %v; stdout %q; stderr %q", spec.Command, r.code, took.Round(time.Millisecond), r.stdout, r.stderr)
 	return r
 }
@@ -480,6 +483,43 @@ func TestWall(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(repo, ".git", "hooks", "pre-commit")); err == nil {
 			t.Errorf("a git hook was planted")
+		}
+	})
+
+	t.Run("guarded-paths-made-or-relinked-are-reported", func(t *testing.T) {
+		// What the wall cannot bind read-only, it watches: a guarded file
+		// that did not exist, and one that is a symbolic link (bound at its
+		// target, the link itself a name in the writable home).
+		home := t.TempDir()
+		if err := os.MkdirAll(filepath.Join(home, "dotfiles"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(home, "dotfiles", "bashrc"), []byte("original\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("dotfiles/bashrc", filepath.Join(home, ".bashrc")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("dotfiles/bashrc", filepath.Join(home, ".zshrc")); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(home, 0o777)
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", `
+			echo evil > "$HOME/.bash_profile"
+			rm "$HOME/.bashrc" && echo evil > "$HOME/.bashrc"
+			mkdir -p "$HOME/.config/systemd/user"
+			(echo evil >> "$HOME/dotfiles/bashrc") 2>/dev/null && echo TARGET-WRITTEN
+			echo fine > "$HOME/notes"`}, Dir: home, Env: append(os.Environ(), "HOME="+home)}, nil)
+		if strings.Contains(r.stdout, "TARGET-WRITTEN") {
+			t.Errorf("the target of a guarded link was writable")
+		}
+		want := []GuardChange{
+			{Path: filepath.Join(home, ".bash_profile")},
+			{Path: filepath.Join(home, ".bashrc"), Was: "a link to dotfiles/bashrc"},
+			{Path: filepath.Join(home, ".config/systemd")},
+		}
+		if !slices.Equal(r.guards, want) {
+			t.Errorf("guard changes: %v, want %v", r.guards, want)
 		}
 	})
 

