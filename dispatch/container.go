@@ -51,14 +51,18 @@ func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m ma
 		return refuse(store, run, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
 			AtRunTime: "containers run only on the local machine", Fix: "drop --machine, or drop --container"})
 	}
-	if strings.TrimSpace(spec.EgressOpen) != "" {
-		return nil, errors.New("--egress-open cannot be combined with --container: a container run is walled, or has no network at all with --container-network none")
-	}
+	open := strings.TrimSpace(spec.EgressOpen) != ""
 	noNetwork := cs.Network == ContainerNetworkNone
-	if noNetwork {
+	switch {
+	case open && noNetwork:
+		return nil, errors.New("--egress-open and --container-network none contradict each other: leave out one of them")
+	case open:
+		// As a local open run: no measurement needed, the reason recorded.
+		run.Carry = string(carry.None)
+	case noNetwork:
 		run.Carry = string(carry.None)
 		run.Why = whyNoNetwork
-	} else {
+	default:
 		c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, Kernel: kernelRelease()})
 		if err != nil {
 			return refuse(store, run, err)
@@ -67,7 +71,7 @@ func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m ma
 	}
 	eng, err := container.DetectRemembered(ctx, cs.Engine)
 	if err != nil {
-		if noNetwork {
+		if noNetwork || open {
 			run.State = records.StateRunning
 			return finish(ctx, store, run, 0, err)
 		}
@@ -79,7 +83,10 @@ func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m ma
 	if err := store.PutRun(run); err != nil {
 		return nil, err
 	}
-	code, err := runInContainer(ctx, store, run, spec, pol, pins, eng, noNetwork)
+	if open {
+		fmt.Fprintf(spec.Warn, "postern: WARNING: run %s has an OPEN network (the container engine's own, no wall, no door): --egress-open %q; this is recorded\n", run.ID, run.EgressOpenReason)
+	}
+	code, err := runInContainer(ctx, store, run, spec, pol, pins, eng, noNetwork, open)
 	return finish(ctx, store, run, code, err)
 }
 
@@ -87,7 +94,7 @@ func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m ma
 // (unless it has no network), serves the door on the host and supervises the
 // command as a local walled run is supervised.
 func runInContainer(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy,
-	pins map[string][]netip.Addr, eng *container.Engine, noNetwork bool) (int, error) {
+	pins map[string][]netip.Addr, eng *container.Engine, noNetwork, open bool) (int, error) {
 	// With a terminal the engine's client gives the container a terminal of its
 	// own and keeps its size; the person's terminal is never the run's.
 	tty := isTerminal(spec.Stdin)
@@ -107,6 +114,7 @@ func runInContainer(ctx context.Context, store *records.Store, run *records.Run,
 		Ports:     pol.Ports,
 		AllTCP:    pol.Mode == policy.Observe,
 		NoNetwork: noNetwork,
+		Open:      open,
 		TTY:       tty,
 		Env:       env,
 		Stdin:     spec.Stdin,
@@ -128,7 +136,7 @@ func runInContainer(ctx context.Context, store *records.Store, run *records.Run,
 		return 0, fmt.Errorf("start the container: %w", err)
 	}
 	defer wall.Close()
-	if noNetwork {
+	if noNetwork || open {
 		return superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
 	}
 

@@ -21,5 +21,6 @@
 // removes those whose controller is gone.
 //
 // With NoNetwork the container keeps --network none and no wall is raised: it has
-// no network at all.
+// no network at all. With Open (--egress-open) it gets the engine's own network
+// and resolver and no wall: the one explicit, recorded way to open it.
 package container

@@ -49,6 +49,10 @@ type Spec struct {
 	// NoNetwork leaves the container with no network at all and raises no wall:
 	// Listeners is empty.
 	NoNetwork bool
+	// Open gives the container the engine's own network (its default bridge)
+	// and raises no wall: the person asked for it with --egress-open.
+	// Listeners is empty.
+	Open bool
 	// TTY gives the container a terminal (Stdin must be one).
 	TTY bool
 	// Env is added to the container's environment (NAME=VALUE).
@@ -113,8 +117,8 @@ type Wall struct {
 }
 
 // Raise starts a container from spec.Image with no network, postern's harness
-// as its entrypoint, waits for the harness, and (unless NoNetwork) makes the
-// container's network namespace the wall with the door's listeners inside. The
+// as its entrypoint, waits for the harness, and (unless NoNetwork or Open) makes
+// the container's network namespace the wall with the door's listeners inside. The
 // command is not started: serve Listeners, then Start.
 //
 // A step the kernel refuses returns a *netwall.KernelError naming the fix.
@@ -128,7 +132,10 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if spec.Image == "" {
 		return nil, errors.New("container: no image")
 	}
-	if !spec.NoNetwork && os.Geteuid() != 0 {
+	if spec.NoNetwork && spec.Open {
+		return nil, errors.New("container: no network and an open network at once")
+	}
+	if !spec.NoNetwork && !spec.Open && os.Geteuid() != 0 {
 		return nil, fmt.Errorf("%w: the wall is raised in the container's network namespace from the host; run postern as root with a rootful engine, or use --container-network none for a container with no network", ErrNeedsRoot)
 	}
 	logger := spec.Logger
@@ -200,7 +207,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		spec.Engine.remember()
 	}
 
-	if !spec.NoNetwork {
+	if !spec.NoNetwork && !spec.Open {
 		lis, err := configureNetns(w.pid, spec.Ports, spec.AllTCP)
 		if err != nil {
 			return nil, err
@@ -245,14 +252,18 @@ func (w *Wall) startContainer(ctx context.Context, spec Spec, self, resolv strin
 		"--label", LabelRun + "=" + spec.Run,
 		"--label", LabelPid + "=" + strconv.Itoa(os.Getpid()),
 		"--label", LabelPidStart + "=" + strconv.FormatUint(procstat.StartTime(os.Getpid()), 10),
-		"--network", "none",
 		"--cap-drop", "all",
 		"--security-opt", "no-new-privileges",
 		"--sig-proxy=false",
 		"--volume", self + ":" + HarnessPath + ":ro",
 		"--volume", w.dir + ":" + controlDir,
-		"--volume", resolv + ":/etc/resolv.conf:ro",
 		"--entrypoint", HarnessPath,
+	}
+	if !spec.Open {
+		// Walled, or no network: the engine gives the container none, and
+		// every lookup goes to the door's resolver inside the wall. Open, it
+		// keeps the engine's network and resolver.
+		args = append(args, "--network", "none", "--volume", resolv+":/etc/resolv.conf:ro")
 	}
 	if spec.Stdin != nil {
 		args = append(args, "--interactive")

@@ -35,6 +35,7 @@ type Spec struct {
 	Ports                 []uint16
 	AllTCP                bool
 	NoNetwork             bool
+	Open                  bool
 	TTY                   bool
 	Env                   []string
 	Stdin, Stdout, Stderr *os.File

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -45,6 +46,9 @@ func checkContainerFlags(cmd *cobra.Command, c dispatch.Container) error {
 	case "", dispatch.ContainerNetworkNone:
 	default:
 		return fmt.Errorf("--container-network %q: the only value is %q (a container with no network at all); leave it out for the wall", c.Network, dispatch.ContainerNetworkNone)
+	}
+	if c.Network == dispatch.ContainerNetworkNone && cmd.Flags().Changed("egress-open") {
+		return errors.New("--egress-open and --container-network none contradict each other: leave out one of them")
 	}
 	return nil
 }

@@ -544,6 +544,45 @@ func TestContainerNetworkNone(t *testing.T) {
 	}
 }
 
+// TestContainerEgressOpen: --egress-open gives the container the engine's own
+// network and no wall, on a machine never measured, and records the reason;
+// with --container-network none it is refused as a contradiction.
+func TestContainerEgressOpen(t *testing.T) {
+	ctrSetup(t)
+	l := newE2ELab(t)
+	home := t.TempDir() // never measured: an open run needs no measurement
+	// Literal addresses only: the container asks the engine's resolver, which
+	// is not a test host's.
+	script := ctrStep("literal", fmt.Sprintf("wget -q -O- http://%s/open", l.Web.Addr)) +
+		ctrStep("routes", "ip route") + "exit 5"
+	const reason = "fetching the vendor toolchain"
+	r := ctrPostern(t, home, "run", "--egress-open", reason, "--container", ctrImage, "--", "sh", "-c", script)
+	t.Logf("stdout:\n%s\nstderr:\n%s", r.Stdout, r.Stderr)
+	if r.Code != 5 {
+		t.Errorf("postern exited %d, want the run's 5", r.Code)
+	}
+	st := ctrStatuses(t, r.Stdout)
+	if st["literal"] != 0 || !strings.Contains(r.Stdout, `"served_by":"web"`) || !strings.Contains(r.Stdout, `"uri":"/open"`) {
+		t.Errorf("an open container did not reach the test host (rc %d)", st["literal"])
+	}
+	if !strings.Contains(r.Stdout, "default") {
+		t.Errorf("an open container has no route out:\n%s", r.Stdout)
+	}
+	if !strings.Contains(r.Stderr, "WARNING: run ") || !strings.Contains(r.Stderr, "OPEN network") || !strings.Contains(r.Stderr, reason) {
+		t.Errorf("no warning of the open network:\n%s", r.Stderr)
+	}
+	run := ctrRecord(t, home)
+	if run.Lane != "local-container" || run.Carry != "none" || run.EgressOpenReason != reason ||
+		run.State != records.StateExited || run.ExitCode == nil || *run.ExitCode != 5 {
+		t.Errorf("run record %+v, want lane local-container, carry none, the reason, exit 5", run)
+	}
+
+	both := ctrPostern(t, t.TempDir(), "run", "--egress-open", reason, "--container", ctrImage, "--container-network", "none", "--", "sh", "-c", "echo ran")
+	if both.Code != 2 || !strings.Contains(both.Stderr, "contradict") || strings.Contains(both.Stdout, "ran") {
+		t.Errorf("--egress-open with --container-network none: exit %d, %q %q; want refused (2)", both.Code, both.Stdout, both.Stderr)
+	}
+}
+
 // TestContainerRefusedUnmeasured: a machine never measured refuses the
 // container lane before any container is started.
 func TestContainerRefusedUnmeasured(t *testing.T) {
