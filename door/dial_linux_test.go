@@ -22,27 +22,13 @@ func TestDialConnectsInPlace(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	echo := func(network, addr string) netip.AddrPort {
-		l, err := net.Listen(network, addr)
-		if err != nil {
-			t.Fatalf("listen on %s: %v", addr, err)
-		}
-		t.Cleanup(func() { l.Close() })
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					io.Copy(c, c)
-				}()
-			}
-		}()
-		return l.Addr().(*net.TCPAddr).AddrPort()
+	echo := func(c net.Conn) { io.Copy(c, c) }
+	v6, err := net.Listen("tcp6", "[::1]:0")
+	if err != nil {
+		t.Fatalf("listen on [::1]: %v", err)
 	}
-	for _, ap := range []netip.AddrPort{echo("tcp4", "127.0.0.1:0"), echo("tcp6", "[::1]:0")} {
+	targets := []netip.AddrPort{netip.MustParseAddrPort(server(t, echo)), netip.MustParseAddrPort(serveOn(t, v6, echo))}
+	for _, ap := range targets {
 		c, err := d.dial(context.Background(), ap)
 		if err != nil {
 			t.Fatalf("dial %s: %v", ap, err)

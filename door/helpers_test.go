@@ -229,7 +229,12 @@ func listen(t testing.TB) net.Listener {
 // test ends.
 func server(t testing.TB, handle func(net.Conn)) string {
 	t.Helper()
-	l := listen(t)
+	return serveOn(t, listen(t), handle)
+}
+
+// serveOn runs handle for every connection to l until the test ends.
+func serveOn(t testing.TB, l net.Listener, handle func(net.Conn)) string {
+	t.Helper()
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		for {
