@@ -29,6 +29,10 @@ type Config struct {
 	BulkRuns  int
 	// LatencySamples connections per path (default 2000).
 	LatencySamples int
+	// IdleSetupSamples connections per path opened after IdleGap with nothing
+	// going on (default 200 after 20ms).
+	IdleSetupSamples int
+	IdleGap          time.Duration
 	// RPSDuration of each wrk run (default 5s), RPSConns keep-alive
 	// connections (default 16).
 	RPSDuration time.Duration
@@ -50,6 +54,12 @@ func (c *Config) defaults() {
 	}
 	if c.LatencySamples == 0 {
 		c.LatencySamples = 2000
+	}
+	if c.IdleSetupSamples == 0 {
+		c.IdleSetupSamples = 200
+	}
+	if c.IdleGap == 0 {
+		c.IdleGap = 20 * time.Millisecond
 	}
 	if c.RPSDuration == 0 {
 		c.RPSDuration = 5 * time.Second
@@ -82,6 +92,9 @@ type PathResult struct {
 	// proxy, or direct to the upstream), the CONNECT exchange, the first
 	// byte's echo.
 	ConnectP50, Connect200P50, EchoP50 time.Duration
+	// IdleLatP50 and IdleLatP99 are setups opened after the machine idled
+	// (Config.IdleGap before each).
+	IdleLatP50, IdleLatP99 time.Duration
 	RPS                                float64
 	RPSErrors                          int
 	Idle                               *idleResult
@@ -214,6 +227,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if err := interleaved(ctx, log, cfg, paths, results, errs); err != nil {
 		return nil, err
+	}
+	log.Info("setup after idling", "samples", cfg.IdleSetupSamples, "gap", cfg.IdleGap)
+	idle, idleErrs := idleSetups(ctx, paths, cfg.IdleSetupSamples, cfg.IdleGap)
+	for i := range paths {
+		if idleErrs[i] != nil {
+			errs[i] = append(errs[i], idleErrs[i].Error())
+		}
+		results[i].IdleLatP50, results[i].IdleLatP99 = percentile(idle[i], 0.50), percentile(idle[i], 0.99)
 	}
 	for i, p := range paths {
 		if err := ctx.Err(); err != nil {

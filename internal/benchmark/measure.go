@@ -186,43 +186,76 @@ func fetch(c net.Conn, buf []byte, n int64) error {
 	return nil
 }
 
-// setupLatency measures, n times, a new connection up to the first echoed
-// byte: dial (and CONNECT), send one byte, read it back.
-func setupLatency(ctx context.Context, p *path, n int) ([]setupPhases, error) {
-	one := func() (setupPhases, error) {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		c, ph, err := p.dialTimed(cctx, p.echo)
-		if err != nil {
-			return ph, err
-		}
-		defer c.Close()
-		start := time.Now()
-		c.SetDeadline(start.Add(5 * time.Second))
-		var b [1]byte
-		if _, err := c.Write([]byte{'x'}); err != nil {
-			return ph, err
-		}
-		if _, err := io.ReadFull(c, b[:]); err != nil {
-			return ph, err
-		}
-		ph.Echo = time.Since(start)
-		return ph, nil
+// setupOnce opens one new connection through p up to its first echoed byte:
+// dial (and CONNECT), send one byte, read it back.
+func setupOnce(ctx context.Context, p *path) (setupPhases, error) {
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, ph, err := p.dialTimed(cctx, p.echo)
+	if err != nil {
+		return ph, fmt.Errorf("latency via %s: %w", p.Name, err)
 	}
-	for i := 0; i < n/20+5; i++ { // warm up
-		if _, err := one(); err != nil {
-			return nil, fmt.Errorf("latency via %s: %w", p.Name, err)
+	defer c.Close()
+	start := time.Now()
+	c.SetDeadline(start.Add(5 * time.Second))
+	var b [1]byte
+	if _, err := c.Write([]byte{'x'}); err != nil {
+		return ph, fmt.Errorf("latency via %s: %w", p.Name, err)
+	}
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return ph, fmt.Errorf("latency via %s: %w", p.Name, err)
+	}
+	ph.Echo = time.Since(start)
+	return ph, nil
+}
+
+// setupLatency measures n setups back to back, after a warm-up.
+func setupLatency(ctx context.Context, p *path, n int) ([]setupPhases, error) {
+	for i := 0; i < n/20+5; i++ {
+		if _, err := setupOnce(ctx, p); err != nil {
+			return nil, err
 		}
 	}
 	out := make([]setupPhases, 0, n)
 	for i := 0; i < n; i++ {
-		ph, err := one()
+		ph, err := setupOnce(ctx, p)
 		if err != nil {
-			return nil, fmt.Errorf("latency via %s: %w", p.Name, err)
+			return nil, err
 		}
 		out = append(out, ph)
 	}
 	return out, nil
+}
+
+// idleSetups measures n setups per path with the machine idle for gap before
+// each, the paths taking turns: how a connection fares when it is not one
+// of a stream, as an agent's usually are. Totals are sorted per path.
+func idleSetups(ctx context.Context, paths []*path, n int, gap time.Duration) ([][]time.Duration, []error) {
+	out := make([][]time.Duration, len(paths))
+	errs := make([]error, len(paths))
+	for s := 0; s < n; s++ {
+		for i, p := range paths {
+			if errs[i] != nil {
+				continue
+			}
+			select {
+			case <-ctx.Done():
+				errs[i] = ctx.Err()
+				continue
+			case <-time.After(gap):
+			}
+			ph, err := setupOnce(ctx, p)
+			if err != nil {
+				errs[i] = err
+				continue
+			}
+			out[i] = append(out[i], ph.total())
+		}
+	}
+	for i := range out {
+		slices.Sort(out[i])
+	}
+	return out, errs
 }
 
 // phaseP50s are the medians of each phase of samples, and of their totals.

@@ -24,8 +24,8 @@ func (r *Report) Markdown(w io.Writer) error {
 	fmt.Fprintf(&b, "Machine: %d cores (%s), %d MiB RAM, Linux %s, %s.  \n", m.Cores, m.CPU, m.MemMiB, m.Kernel, m.Go)
 	fmt.Fprintf(&b, "Proxies: %s; %s; %s.  \n", orNA(m.Postern, "postern"), m.Squid, m.Tinyproxy)
 	c := r.Config
-	fmt.Fprintf(&b, "Run: %d × %d MiB bulk, %d setup samples, wrk %s × %d connections, %d idle tunnels; took %s.\n\n",
-		c.BulkRuns, c.BulkBytes>>20, c.LatencySamples, c.RPSDuration, c.RPSConns, c.IdleTunnels, r.Elapsed.Round(time.Second))
+	fmt.Fprintf(&b, "Run: %d × %d MiB bulk, %d setup samples back to back and %d after idling, wrk %s × %d connections, %d idle tunnels; took %s.\n\n",
+		c.BulkRuns, c.BulkBytes>>20, c.LatencySamples, c.IdleSetupSamples, c.RPSDuration, c.RPSConns, c.IdleTunnels, r.Elapsed.Round(time.Second))
 
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, "Note: %s.\n\n", n)
@@ -80,6 +80,18 @@ func (r *Report) Markdown(w io.Writer) error {
 			us(proxyConnect), us(d.EchoP50), us(floor))
 	}
 
+	fmt.Fprintf(&b, "\n### Connection setup after the machine idles (%s between connections)\n\n", c.IdleGap)
+	b.WriteString("An agent opens a connection now and then, not one of a stream: between them the CPUs sleep, and every step of a setup starts by waking one. The paths take turns.\n\n")
+	b.WriteString("| path | p50 µs | p99 µs | added p50 µs | p50 × direct |\n|---|---:|---:|---:|---:|\n")
+	for _, p := range r.Paths {
+		if p.IdleLatP50 == 0 {
+			fmt.Fprintf(&b, "| %s | – | – | – | – |\n", p.Name)
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", p.Name, us(p.IdleLatP50), us(p.IdleLatP99),
+			added(p.IdleLatP50, d.IdleLatP50, p.Name == d.Name), ratio(float64(p.IdleLatP50), float64(d.IdleLatP50)))
+	}
+
 	b.WriteString("\n### Keep-alive requests (absolute-URI GET through the proxy, origin GET direct)\n\n")
 	b.WriteString("| path | requests/s | × direct | failed requests |\n|---|---:|---:|---:|\n")
 	for _, p := range r.Paths {
@@ -117,7 +129,7 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 	if door != nil {
 		b.WriteString("\n### The door against the other proxies (door ÷ other; above 1 is better for throughput and requests/s, below 1 for latency and memory)\n\n")
-		b.WriteString("| other | throughput | added setup p50 | requests/s | KiB per tunnel |\n|---|---:|---:|---:|---:|\n")
+		b.WriteString("| other | throughput | added setup p50 | added setup p50 after idling | requests/s | KiB per tunnel |\n|---|---:|---:|---:|---:|---:|\n")
 		for _, p := range r.Paths[1:] {
 			if p.Name == door.Name {
 				continue
@@ -126,8 +138,12 @@ func (r *Report) Markdown(w io.Writer) error {
 			if p.Idle != nil && door.Idle != nil && p.Idle.BytesPerTunnel > 0 {
 				mem = fmt.Sprintf("%.2f×", door.Idle.BytesPerTunnel/p.Idle.BytesPerTunnel)
 			}
-			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s |\n", p.Name, ratio(door.tputRatio(d), p.tputRatio(d)),
-				ratio(float64(door.LatP50-d.LatP50), float64(p.LatP50-d.LatP50)), ratio(door.RPS, p.RPS), mem)
+			idle := "–"
+			if door.IdleLatP50 > 0 && p.IdleLatP50 > 0 {
+				idle = ratio(float64(door.IdleLatP50-d.IdleLatP50), float64(p.IdleLatP50-d.IdleLatP50))
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %s |\n", p.Name, ratio(door.tputRatio(d), p.tputRatio(d)),
+				ratio(float64(door.LatP50-d.LatP50), float64(p.LatP50-d.LatP50)), idle, ratio(door.RPS, p.RPS), mem)
 		}
 		b.WriteString("\n### The door against its goals\n\n")
 		b.WriteString("The last column is what this machine allows any proxy: the throughput ceiling at the door path's CPU per GiB, and the setup floor of a connect and one round trip (see above).\n\n")

@@ -44,7 +44,7 @@ func main() {
 		out   string
 	)
 	flag.StringVar(&cfg.Postern, "postern", "", "built postern binary (default: build ./cmd/postern from the working directory)")
-	flag.BoolVar(&quick, "quick", false, "small run: 64 MiB × 3 bulk, 300 setup samples, 2s wrk, 1000 idle tunnels")
+	flag.BoolVar(&quick, "quick", false, "small run: 64 MiB × 3 bulk, 300 setup samples (50 after idling), 2s wrk, 1000 idle tunnels")
 	flag.IntVar(&cfg.IdleTunnels, "tunnels", 0, "idle tunnels per proxy (default 10000)")
 	flag.StringVar(&skip, "skip", "", "comma-separated proxies not to run: door, squid, tinyproxy, baseline")
 	flag.StringVar(&out, "out", "", "also write the markdown to this file")
@@ -52,6 +52,7 @@ func main() {
 	if quick {
 		cfg.BulkBytes, cfg.BulkRuns = 64<<20, 3
 		cfg.LatencySamples = 300
+		cfg.IdleSetupSamples = 50
 		cfg.RPSDuration = 2 * time.Second
 		if cfg.IdleTunnels == 0 {
 			cfg.IdleTunnels = 1000
