@@ -132,7 +132,7 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	})
 	for _, c := range wall.GuardChanges() {
-		w.Logger.Warn("guarded path changed by the run", "run", w.Run, "path", c.Path, "was", c.Was)
+		w.Logger.Warn("guarded path changed by the run", "run", w.Run, "path", c.Path, "what", c.What)
 		fmt.Fprintf(w.Warn, "postern: run %s: %s. Programs outside the wall obey it (a shell at login, git, ssh, systemd): if you did not make this change, read it before they do.\n", w.Run, c)
 	}
 	if runErr != nil {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -164,17 +165,123 @@ func guardChanges(before map[string]guardState) []GuardChange {
 		st, err := os.Lstat(path)
 		switch {
 		case !was.exists && err == nil:
-			out = append(out, GuardChange{Path: path})
+			out = append(out, GuardChange{Path: path, What: "appeared during the run"})
 		case was.exists && err == nil && st.Mode()&os.ModeSymlink != 0:
 			if target, err := os.Readlink(path); err == nil && target == was.link {
 				continue
 			}
 			fallthrough
 		case was.exists && err == nil:
-			out = append(out, GuardChange{Path: path, Was: "a link to " + was.link})
+			out = append(out, GuardChange{Path: path, What: "was a link to " + was.link + " and the run replaced it"})
 		}
 	}
-	slices.SortFunc(out, func(a, b GuardChange) int { return strings.Compare(a.Path, b.Path) })
+	return out
+}
+
+// Other repositories under the home are not guarded inside the run: finding
+// them all before every run would cost its start-up. Yet git obeys their
+// configuration and hooks outside the wall: a hook planted in
+// ~/src/other/.git/hooks runs at the next commit there, a core.fsmonitor line
+// in its config at the next git status. So once the run is over the home is
+// searched for repositories (breadth first, bounded), and those files whose
+// change time is not before the run's start are reported. The kernel sets a
+// file's change time on every write, rename or attribute change, and no call
+// lets a process set it back.
+const (
+	// repoSearchDepth is how deep under the home a work tree is looked for:
+	// ~/a/b/c is the deepest.
+	repoSearchDepth = 3
+	// repoSearchDirs and repoSearchTime bound the directories read and the
+	// time spent reading them, which the run's end waits for.
+	repoSearchDirs = 2000
+	repoSearchTime = 100 * time.Millisecond
+	// ctimeSlack allows for file times coming from a clock that ticks
+	// coarsely: a change at the run's first instant may be stamped a tick
+	// earlier.
+	ctimeSlack = 20 * time.Millisecond
+)
+
+// repoSearchSkip are directories that hold no repositories of the user's own
+// but many directories.
+var repoSearchSkip = map[string]bool{
+	".git": true, "node_modules": true, "vendor": true, "target": true, "venv": true, ".venv": true,
+	"__pycache__": true, ".cache": true, ".npm": true, ".cargo": true, ".rustup": true, ".m2": true,
+	".gradle": true, ".local": true, "go": true, "snap": true, ".vscode-server": true, ".nvm": true,
+}
+
+// homeGitDirs are the git directories of the repositories found under home
+// (see repoSearchDepth and repoSearchDirs).
+func homeGitDirs(home string) []string {
+	if !filepath.IsAbs(home) {
+		return nil
+	}
+	type dir struct {
+		path  string
+		depth int
+	}
+	var out []string
+	deadline := time.Now().Add(repoSearchTime)
+	queue := []dir{{filepath.Clean(home), 0}}
+	for read := 0; len(queue) > 0 && read < repoSearchDirs; read++ {
+		d := queue[0]
+		queue = queue[1:]
+		if time.Now().After(deadline) {
+			break
+		}
+		ents, err := os.ReadDir(d.path)
+		if err != nil {
+			continue
+		}
+		// A work tree's own directories are not searched: repositories
+		// nested in one are rare, and its files are many. A home that is a
+		// work tree itself (dotfiles kept in git) is searched all the same.
+		if slices.ContainsFunc(ents, func(e os.DirEntry) bool { return e.Name() == ".git" }) {
+			_, gitDirs := gitRepo(d.path)
+			out = append(out, gitDirs...)
+			if d.depth > 0 {
+				continue
+			}
+		}
+		for _, e := range ents {
+			if e.IsDir() && d.depth < repoSearchDepth && !repoSearchSkip[e.Name()] {
+				queue = append(queue, dir{filepath.Join(d.path, e.Name()), d.depth + 1})
+			}
+		}
+	}
+	return out
+}
+
+// changedGitFiles are the configuration and hooks of gitDirs whose change time
+// is at or after since, and the git directories made since then (a clone or
+// git init by the run: all of it is the run's). A hook git would not run (a
+// .sample) is left out.
+func changedGitFiles(gitDirs []string, since time.Time) []GuardChange {
+	var out []GuardChange
+	changed := func(p string) bool {
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil {
+			return false
+		}
+		return !time.Unix(st.Ctim.Unix()).Before(since)
+	}
+	for _, gd := range gitDirs {
+		var stx unix.Statx_t
+		if unix.Statx(unix.AT_FDCWD, gd, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_BTIME, &stx) == nil &&
+			stx.Mask&unix.STATX_BTIME != 0 && !time.Unix(stx.Btime.Sec, int64(stx.Btime.Nsec)).Before(since) {
+			out = append(out, GuardChange{Path: gd, What: "appeared during the run"})
+			continue
+		}
+		if p := filepath.Join(gd, "config"); changed(p) {
+			out = append(out, GuardChange{Path: p, What: "changed during the run"})
+		}
+		hooks := filepath.Join(gd, "hooks")
+		ents, _ := os.ReadDir(hooks)
+		for _, e := range ents {
+			if p := filepath.Join(hooks, e.Name()); !strings.HasSuffix(e.Name(), ".sample") && changed(p) {
+				out = append(out, GuardChange{Path: p, What: "changed during the run"})
+			}
+		}
+	}
 	return out
 }
 

@@ -87,16 +87,14 @@ var (
 	ErrUnsupported = errors.New("network wall: only available on Linux")
 )
 
-// GuardChange is a guarded path the run created or whose link it replaced.
+// GuardChange is a file that programs outside the wall obey, which the run
+// made, replaced or changed although the wall could not hold it read-only.
 type GuardChange struct {
 	Path string
-	// Was is what it was: "" when it did not exist, else "a link to TARGET".
-	Was string
+	// What happened to it, as the end of a sentence about Path: "appeared
+	// during the run", "was a link to T and the run replaced it", "changed
+	// during the run".
+	What string
 }
 
-func (c GuardChange) String() string {
-	if c.Was == "" {
-		return c.Path + " appeared during the run"
-	}
-	return c.Path + " was " + c.Was + " and the run replaced it"
-}
+func (c GuardChange) String() string { return c.Path + " " + c.What }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +45,8 @@ type Wall struct {
 	lis    door.Listeners
 
 	guards map[string]guardState // watched guarded paths (watchGuards)
+	home   string                // the run's home, searched for repositories afterwards
+	began  time.Time             // when the run began, less ctimeSlack
 
 	exited  chan struct{} // closed when the init has been waited for
 	state   *os.ProcessState
@@ -88,7 +91,9 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		return nil, fmt.Errorf("network wall: working directory %q is not a directory this user can reach (%v)", cfg.Dir, err)
 	}
 
-	guards := watchGuards(workPlacesOf(cfg))
+	places := workPlacesOf(cfg)
+	guards := watchGuards(places)
+	began := time.Now().Add(-ctimeSlack)
 
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -135,7 +140,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		}
 		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
 	}
-	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, guards: guards, exited: make(chan struct{})}
+	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, guards: guards, home: places.home, began: began, exited: make(chan struct{})}
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
@@ -336,18 +341,26 @@ func (w *Wall) exitCode() (int, error) {
 	return ws.ExitStatus(), nil
 }
 
-// GuardChanges are the guarded paths the run created, or whose symbolic link
-// it replaced: files that programs outside the wall will obey (a shell's
-// startup files, git's and ssh's configuration, ...), which the wall could not
-// bind read-only because they were missing or were links. It is nil until
-// every process of the run is gone, since only then is the answer final.
+// GuardChanges are the files programs outside the wall obey that the run
+// made, replaced or changed although the wall could not hold them read-only:
+// guarded paths that were missing or were links (a shell's startup files,
+// git's and ssh's configuration, ...), and the configuration and hooks of
+// other repositories under the home. It is nil until every process of the run
+// is gone, since only then is the answer final.
 func (w *Wall) GuardChanges() []GuardChange {
 	select {
 	case <-w.exited:
-		return guardChanges(w.guards)
 	default:
 		return nil
 	}
+	out := guardChanges(w.guards)
+	for _, c := range changedGitFiles(homeGitDirs(w.home), w.began) {
+		if !slices.ContainsFunc(out, func(o GuardChange) bool { return o.Path == c.Path }) {
+			out = append(out, c)
+		}
+	}
+	slices.SortFunc(out, func(a, b GuardChange) int { return strings.Compare(a.Path, b.Path) })
+	return out
 }
 
 // Close ends the run if it is still going (SIGTERM to the command, then SIGKILL

