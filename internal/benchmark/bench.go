@@ -95,9 +95,9 @@ type PathResult struct {
 	// IdleLatP50 and IdleLatP99 are setups opened after the machine idled
 	// (Config.IdleGap before each).
 	IdleLatP50, IdleLatP99 time.Duration
-	RPS                                float64
-	RPSErrors                          int
-	Idle                               *idleResult
+	RPS                    float64
+	RPSErrors              int
+	Idle                   *idleResult
 	// ConnectOnly paths have no keep-alive or idle-tunnel rows.
 	ConnectOnly bool
 }
