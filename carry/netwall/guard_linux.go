@@ -194,7 +194,7 @@ const (
 	// repoSearchDirs and repoSearchTime bound the directories read and the
 	// time spent reading them, which the run's end waits for.
 	repoSearchDirs = 2000
-	repoSearchTime = 100 * time.Millisecond
+	repoSearchTime = 50 * time.Millisecond
 	// ctimeSlack allows for file times coming from a clock that ticks
 	// coarsely: a change at the run's first instant may be stamped a tick
 	// earlier.
