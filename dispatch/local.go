@@ -49,6 +49,7 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 		Signals: spec.Signals, Emit: evlog.Emit,
 		BeforeStart: recorded,
 		Logger:      spec.Logger, Warn: spec.Warn,
+		OnGuarded: func(g []string) { run.Guarded = g },
 	})
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()

@@ -271,6 +271,10 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	if logErr != nil {
 		fmt.Fprintf(spec.Warn, "postern: run %s: %v\n", run.ID, logErr)
 	}
+	if len(exit.Guarded) > 0 {
+		run.Guarded = exit.Guarded
+		warnGuarded(spec.Warn, run.ID, exit.Guarded)
+	}
 	switch {
 	case exit.Refused:
 		return 0, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec), AtRunTime: exit.Error, Fix: exit.Fix}
@@ -363,8 +367,9 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		Run: req.ID, Machine: req.Machine, Lane: req.Lane,
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
-		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true, Warn: rio.Stderr,
-		Signals: rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
+		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,
+		OnGuarded: rio.Guarded, // told to the person at home, with the exit
+		Signals:   rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
 		OnStart: func() {
 			if pol.Mode == policy.Observe {
 				rio.OnStart("none in observe mode: tcp to every port goes to the door")

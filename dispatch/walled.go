@@ -59,6 +59,8 @@ type Walled struct {
 
 	Logger *slog.Logger
 	Warn   io.Writer // teardown problems meant for the person
+	// OnGuarded, when set, receives what warnGuarded told the person.
+	OnGuarded func(guarded []string)
 }
 
 // RunWalled raises the wall, serves the door on its listeners, starts the command
@@ -131,9 +133,16 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 		return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	})
-	for _, c := range wall.GuardChanges() {
-		w.Logger.Warn("guarded path changed by the run", "run", w.Run, "path", c.Path, "what", c.What)
-		fmt.Fprintf(w.Warn, "postern: run %s: %s. Programs outside the wall obey it (a shell at login, git, ssh, systemd): if you did not make this change, read it before they do.\n", w.Run, c)
+	if changes := wall.GuardChanges(); len(changes) > 0 {
+		guarded := make([]string, len(changes))
+		for i, c := range changes {
+			w.Logger.Warn("guarded path changed by the run", "run", w.Run, "path", c.Path, "what", c.What)
+			guarded[i] = c.String()
+		}
+		warnGuarded(w.Warn, w.Run, guarded)
+		if w.OnGuarded != nil {
+			w.OnGuarded(guarded)
+		}
 	}
 	if runErr != nil {
 		return code, runErr
@@ -143,6 +152,15 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		fmt.Fprintf(w.Warn, "postern: run %s: %v\n", w.Run, doorErr)
 	}
 	return code, nil
+}
+
+// warnGuarded tells the person, once the run is over, about each file that
+// programs outside the wall obey and the run made, replaced or changed (see
+// netwall.Wall.GuardChanges).
+func warnGuarded(w io.Writer, run string, guarded []string) {
+	for _, g := range guarded {
+		fmt.Fprintf(w, "postern: run %s: %s. Programs outside the wall obey it (a shell at login, git, ssh, systemd): if you did not make this change, read it before they do.\n", run, g)
+	}
 }
 
 // withDoor serves a door on a wall's listeners while body runs the walled

@@ -42,6 +42,10 @@ type Run struct {
 	// Why is why the run ended the way it did: the refusal, a failure, a signal.
 	Why      string `json:"why,omitempty"`
 	Landlock string `json:"landlock,omitempty"`
+	// Guarded names the files programs outside the wall obey that the run
+	// made, replaced or changed where the wall could not hold them
+	// read-only, each as a sentence ("PATH appeared during the run").
+	Guarded []string `json:"guarded,omitempty"`
 	// Pid and Host identify the controller process, so a run whose controller died
 	// is seen as lost.
 	Pid      int    `json:"pid,omitempty"`

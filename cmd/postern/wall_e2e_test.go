@@ -703,6 +703,17 @@ allow_cidrs = [%q]
 		if strings.Contains(w.Stderr, "notes") {
 			t.Errorf("a file nothing obeys was reported:\n%s", w.Stderr)
 		}
+		// The record keeps them.
+		if want := []string{
+			filepath.Join(home, ".bash_profile") + " appeared during the run",
+			filepath.Join(home, ".bashrc") + " was a link to bashrc.real and the run replaced it",
+			filepath.Join(home, "src/other/.git/hooks/post-merge") + " changed during the run",
+		}; !slices.Equal(w.Run.Guarded, want) {
+			t.Errorf("the run record's guarded files: %q, want %q", w.Run.Guarded, want)
+		}
+		if show := p.exec(t, "runs", "show", w.Run.ID); !strings.Contains(show.Stdout, "made or changed  "+filepath.Join(home, ".bash_profile")+" appeared during the run") {
+			t.Errorf("runs show does not name the planted file:\n%s", show.Stdout)
+		}
 	})
 
 	t.Run("TheDoorIsInvisibleAndKillMinusOneStaysInside", func(t *testing.T) {
