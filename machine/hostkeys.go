@@ -58,6 +58,9 @@ type hostKeys struct {
 
 	mu sync.Mutex
 	cb ssh.HostKeyCallback // nil when the file does not exist
+	// cas are the file:line places of @cert-authority lines. The library
+	// lists them among a host's known keys; they are not the host's own.
+	cas map[string]bool
 }
 
 func newHostKeys(file string, trust bool) (*hostKeys, error) {
@@ -78,7 +81,28 @@ func (hk *hostKeys) load() error {
 		return fmt.Errorf("read known hosts %s: %w", hk.file, err)
 	}
 	hk.cb = cb
+	hk.cas = map[string]bool{}
+	if b, err := os.ReadFile(hk.file); err == nil {
+		for i, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 0 && f[0] == "@cert-authority" {
+				hk.cas[fmt.Sprintf("%s:%d", hk.file, i+1)] = true
+			}
+		}
+	}
 	return nil
+}
+
+// own are the keys of want that are the host's own, not certificate
+// authorities.
+func (hk *hostKeys) own(want []knownhosts.KnownKey) (keys []knownhosts.KnownKey, cas bool) {
+	for _, w := range want {
+		if hk.cas[fmt.Sprintf("%s:%d", w.Filename, w.Line)] {
+			cas = true
+			continue
+		}
+		keys = append(keys, w)
+	}
+	return keys, cas
 }
 
 func (hk *hostKeys) callback(host string, remote net.Addr, key ssh.PublicKey) error {
@@ -91,14 +115,30 @@ func (hk *hostKeys) callback(host string, remote net.Addr, key ssh.PublicKey) er
 			return nil
 		}
 	}
+	// A host certificate no @cert-authority line vouches for is judged, as
+	// ssh judges it, by the plain key inside: that is what known_hosts may
+	// hold, what the owner's fingerprint shows, and what trust on first use
+	// records.
+	if cert, ok := key.(*ssh.Certificate); ok {
+		key = cert.Key
+		if hk.cb != nil {
+			if err = hk.cb(host, remote, key); err == nil {
+				return nil
+			}
+		}
+	}
 	var ke *knownhosts.KeyError
-	unknown := hk.cb == nil || (errors.As(err, &ke) && len(ke.Want) == 0)
+	var known []knownhosts.KnownKey
+	if errors.As(err, &ke) {
+		known, _ = hk.own(ke.Want)
+	}
+	unknown := hk.cb == nil || (ke != nil && len(known) == 0)
 	if !unknown && ke == nil {
 		return fmt.Errorf("check host key of %s: %w", host, err)
 	}
 	herr := &HostKeyError{Host: host, File: hk.file, Offered: key.Type() + " " + ssh.FingerprintSHA256(key), HostForFile: knownhosts.Normalize(host)}
 	if !unknown {
-		for _, w := range ke.Want {
+		for _, w := range known {
 			herr.Known = append(herr.Known, w.Key.Type()+" "+ssh.FingerprintSHA256(w.Key))
 			herr.KnownAt = append(herr.KnownAt, fmt.Sprintf("%s:%d", w.Filename, w.Line))
 		}
@@ -154,7 +194,16 @@ func (hk *hostKeys) algorithms(addr string) []string {
 	}
 	seen := map[string]bool{}
 	var out []string
-	for _, w := range ke.Want {
+	own, cas := hk.own(ke.Want)
+	if cas {
+		// A CA vouches for the host: its certificates first, whatever
+		// their key type, as ssh asks.
+		for _, a := range certAlgorithms {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	for _, w := range own {
 		for _, a := range algorithmsFor(w.Key.Type()) {
 			if !seen[a] {
 				seen[a] = true
@@ -163,6 +212,13 @@ func (hk *hostKeys) algorithms(addr string) []string {
 		}
 	}
 	return out
+}
+
+// certAlgorithms are the host certificate algorithms, in the library's order
+// of preference.
+var certAlgorithms = []string{
+	ssh.CertAlgoED25519v01, ssh.CertAlgoECDSA256v01, ssh.CertAlgoECDSA384v01, ssh.CertAlgoECDSA521v01,
+	ssh.CertAlgoRSASHA512v01, ssh.CertAlgoRSASHA256v01,
 }
 
 func algorithmsFor(keyType string) []string {

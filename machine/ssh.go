@@ -278,11 +278,18 @@ func (dl *dialer) clientConfig(h SSHHost, addr string) (*ssh.ClientConfig, error
 	if len(signers) == 0 {
 		return nil, fmt.Errorf("no ssh key to log in to %s with: start ssh-agent and 'ssh-add' a key, give --identity FILE, or set IdentityFile in ~/.ssh/config", h.Alias)
 	}
+	// known_hosts knows the host as HostKeyAlias when it is set, as ssh does.
+	keyHost := addr
+	if h.HostKeyAlias != "" {
+		keyHost = net.JoinHostPort(h.HostKeyAlias, strconv.Itoa(h.Port))
+	}
 	return &ssh.ClientConfig{
-		User:              h.User,
-		Auth:              []ssh.AuthMethod{ssh.PublicKeys(signers...)},
-		HostKeyCallback:   hk.callback,
-		HostKeyAlgorithms: hk.algorithms(addr),
+		User: h.User,
+		Auth: []ssh.AuthMethod{ssh.PublicKeys(signers...)},
+		HostKeyCallback: func(_ string, remote net.Addr, key ssh.PublicKey) error {
+			return hk.callback(keyHost, remote, key)
+		},
+		HostKeyAlgorithms: hk.algorithms(keyHost),
 		Timeout:           dl.opts.ConnectTimeout,
 		ClientVersion:     "SSH-2.0-postern",
 	}, nil

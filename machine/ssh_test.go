@@ -54,6 +54,10 @@ Host *.lab !secret.lab
   User=bob
   ServerAliveInterval 5
 
+Host aliased
+  HostName 10.1.1.1
+  HostKeyAlias fleet.lab
+
 Match host nothing
   User never
 
@@ -77,6 +81,9 @@ Host *
 	}
 	if h := c.Lookup("secret.lab"); h.User != "fallback" {
 		t.Errorf("negated pattern: Lookup(secret.lab).User = %q, want fallback", h.User)
+	}
+	if h := c.Lookup("aliased"); h.HostName != "10.1.1.1" || h.HostKeyAlias != "fleet.lab" {
+		t.Errorf("HostKeyAlias: Lookup(aliased) = %+v", h)
 	}
 	if h := c.Lookup("inc"); h.HostName != "10.9.9.9" || h.ProxyJump != "bastion" {
 		t.Errorf("Include: Lookup(inc) = %+v", h)

@@ -218,6 +218,9 @@ type SSHHost struct {
 	ServerAliveInterval int    // seconds; 0 is unset
 	UserKnownHostsFiles []string
 	StrictHostKeyCheck  string
+	// HostKeyAlias is the name host keys are looked up and recorded under
+	// in known_hosts instead of HostName.
+	HostKeyAlias string
 }
 
 // Lookup evaluates the configuration for host, as 'ssh -G host' would for the
@@ -274,6 +277,8 @@ func (c *SSHConfig) Lookup(host string) SSHHost {
 			h.UserKnownHostsFiles = strings.Fields(e.value)
 		case "stricthostkeychecking":
 			h.StrictHostKeyCheck = strings.ToLower(e.value)
+		case "hostkeyalias":
+			h.HostKeyAlias = e.value
 		}
 	}
 	if h.HostName == "" {

@@ -31,7 +31,10 @@ type sshHost struct {
 	Listen  netip.Addr // where sshd listens
 	Home    string     // the remote user's HOME for sessions
 	HostPub string     // the host key, "type base64"
-	cmd     *exec.Cmd
+	// HostCA signed the host key's certificate (for the listen address),
+	// which sshd offers beside the plain key: "type base64".
+	HostCA string
+	cmd    *exec.Cmd
 	log     *lockedLog
 }
 
@@ -174,6 +177,18 @@ func startSSHD(t testing.TB, h *testhosts.Host, listen netip.Addr, pub string) *
 	}
 	f := strings.Fields(string(b))
 	s.HostPub = f[0] + " " + f[1]
+	// A host certificate from a CA of the test's, for known_hosts
+	// @cert-authority lines.
+	ca := filepath.Join(dir, "host_ca")
+	keygen(t, ca)
+	if out, err := exec.Command("ssh-keygen", "-q", "-s", ca, "-I", "postern-test-host", "-h", "-n", listen.String(), hostKey+".pub").CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen -s: %v: %s", err, out)
+	}
+	if b, err = os.ReadFile(ca + ".pub"); err != nil {
+		t.Fatal(err)
+	}
+	f = strings.Fields(string(b))
+	s.HostCA = f[0] + " " + f[1]
 	auth := filepath.Join(dir, "authorized_keys")
 	if err := os.WriteFile(auth, []byte(pub+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -181,6 +196,7 @@ func startSSHD(t testing.TB, h *testhosts.Host, listen netip.Addr, pub string) *
 	conf := filepath.Join(dir, "sshd_config")
 	cfg := fmt.Sprintf(`ListenAddress %s:22
 HostKey %s
+HostCertificate %s-cert.pub
 PidFile %s
 AuthorizedKeysFile %s
 PermitRootLogin prohibit-password
@@ -194,7 +210,7 @@ Subsystem sftp internal-sftp
 SetEnv HOME=%s
 PrintMotd no
 LogLevel ERROR
-`, listen, hostKey, filepath.Join(dir, "sshd.pid"), auth, s.Home)
+`, listen, hostKey, hostKey, filepath.Join(dir, "sshd.pid"), auth, s.Home)
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -561,6 +577,25 @@ func TestRemoteHostKeys(t *testing.T) {
 		t.Fatalf("known_hosts after trusting on first use: %q, %v", kh, err)
 	}
 	c.mustPostern(t, "machine", "probe-confinement", "far")
+
+	// HostKeyAlias: known_hosts knows the machine by the alias only.
+	c.writeSSH(t, "known_hosts", "fleet-far "+r.Remote.HostPub+"\n")
+	c.writeSSH(t, "config", "Host "+addr+"\n  HostKeyAlias fleet-far\n")
+	c.mustPostern(t, "machine", "probe-confinement", "far")
+	c.writeSSH(t, "config", "")
+	if _, stderr, code = c.postern(t, "machine", "probe-confinement", "far"); code == 0 || !strings.Contains(stderr, "unknown") {
+		t.Fatalf("without the alias the key on file under it does not vouch for %s: exit %d, %q", addr, code, stderr)
+	}
+
+	// A host certificate signed by a CA that known_hosts trusts for the
+	// address, with no key of the host's own on file.
+	c.writeSSH(t, "known_hosts", "@cert-authority "+addr+" "+r.Remote.HostCA+"\n")
+	c.mustPostern(t, "machine", "probe-confinement", "far")
+	// The same CA trusted for other names only vouches for nothing here.
+	c.writeSSH(t, "known_hosts", "@cert-authority *.example.test "+r.Remote.HostCA+"\n")
+	if _, stderr, code = c.postern(t, "machine", "probe-confinement", "far"); code == 0 || !strings.Contains(stderr, "host key") {
+		t.Fatalf("a CA trusted for other names: exit %d, %q", code, stderr)
+	}
 }
 
 func fingerprint(t testing.TB, pub string) string {
