@@ -35,7 +35,7 @@ type sshHost struct {
 	// which sshd offers beside the plain key: "type base64".
 	HostCA string
 	cmd    *exec.Cmd
-	log     *lockedLog
+	log    *lockedLog
 }
 
 type lockedLog struct {
