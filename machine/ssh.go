@@ -1,6 +1,7 @@
 package machine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -295,8 +296,46 @@ func (dl *dialer) clientConfig(h SSHHost, addr string) (*ssh.ClientConfig, error
 	}, nil
 }
 
+// certSigners are s with each certificate of its key: those CertificateFile
+// names and the one beside the identity file (FILE-cert.pub), as ssh loads
+// them. A certificate for another key is skipped.
+func certSigners(s ssh.Signer, file string, h SSHHost, home string) ([]ssh.Signer, error) {
+	paths := []string{file + "-cert.pub"}
+	for _, c := range h.CertificateFiles {
+		paths = append(paths, expandTokens(c, h, localUser(), home))
+	}
+	var out []ssh.Signer
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			if os.IsNotExist(err) && p == file+"-cert.pub" {
+				continue
+			}
+			return nil, fmt.Errorf("read certificate %s: %w", p, err)
+		}
+		pub, _, _, _, err := ssh.ParseAuthorizedKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("parse certificate %s: %w", p, err)
+		}
+		cert, ok := pub.(*ssh.Certificate)
+		if !ok {
+			return nil, fmt.Errorf("%s is not a certificate", p)
+		}
+		if !bytes.Equal(cert.Key.Marshal(), s.PublicKey().Marshal()) {
+			continue
+		}
+		cs, err := ssh.NewCertSigner(cert, s)
+		if err != nil {
+			return nil, fmt.Errorf("certificate %s: %w", p, err)
+		}
+		out = append(out, cs)
+	}
+	return out, nil
+}
+
 // signers are the keys offered to h: --identity, then IdentityFile (or the
-// default files), then the agent's keys unless IdentitiesOnly.
+// default files), each after its certificates, then the agent's keys unless
+// IdentitiesOnly.
 func (dl *dialer) signers(h SSHHost) ([]ssh.Signer, error) {
 	home := dl.opts.Home
 	var files []string
@@ -330,7 +369,11 @@ func (dl *dialer) signers(h SSHHost) ([]ssh.Signer, error) {
 		if err != nil {
 			return nil, fmt.Errorf("parse identity %s: %w", f, err)
 		}
-		out = append(out, s)
+		cs, err := certSigners(s, f, h, home)
+		if err != nil {
+			return nil, err
+		}
+		out = append(append(out, cs...), s)
 	}
 	if !(h.IdentitiesOnly && len(out) > 0) {
 		out = append(out, dl.agent...)

@@ -1,12 +1,17 @@
 package machine
 
 import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
+
+	"golang.org/x/crypto/ssh"
 )
 
 func TestParseDest(t *testing.T) {
@@ -57,6 +62,7 @@ Host *.lab !secret.lab
 Host aliased
   HostName 10.1.1.1
   HostKeyAlias fleet.lab
+  CertificateFile ~/.ssh/fleet-cert.pub
 
 Match host nothing
   User never
@@ -82,7 +88,7 @@ Host *
 	if h := c.Lookup("secret.lab"); h.User != "fallback" {
 		t.Errorf("negated pattern: Lookup(secret.lab).User = %q, want fallback", h.User)
 	}
-	if h := c.Lookup("aliased"); h.HostName != "10.1.1.1" || h.HostKeyAlias != "fleet.lab" {
+	if h := c.Lookup("aliased"); h.HostName != "10.1.1.1" || h.HostKeyAlias != "fleet.lab" || !reflect.DeepEqual(h.CertificateFiles, []string{"~/.ssh/fleet-cert.pub"}) {
 		t.Errorf("HostKeyAlias: Lookup(aliased) = %+v", h)
 	}
 	if h := c.Lookup("inc"); h.HostName != "10.9.9.9" || h.ProxyJump != "bastion" {
@@ -239,4 +245,57 @@ func FuzzParseInventory(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestCertSigners offers an identity's certificate (beside it as FILE-cert.pub,
+// or named by CertificateFile) before the key itself, skips a certificate of
+// another key, and refuses a CertificateFile that holds no certificate.
+func TestCertSigners(t *testing.T) {
+	dir := t.TempDir()
+	newSigner := func() ssh.Signer {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ssh.NewSignerFromKey(priv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	ca, key, other := newSigner(), newSigner(), newSigner()
+	certFor := func(s ssh.Signer, path string) {
+		cert := &ssh.Certificate{Key: s.PublicKey(), CertType: ssh.UserCert, KeyId: "test", ValidPrincipals: []string{"root"},
+			ValidBefore: ssh.CertTimeInfinity}
+		if err := cert.SignCert(rand.Reader, ca); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, ssh.MarshalAuthorizedKey(cert), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id := filepath.Join(dir, "id")
+	certFor(key, id+"-cert.pub")
+	certFor(other, filepath.Join(dir, "other-cert.pub"))
+	h := SSHHost{CertificateFiles: []string{filepath.Join(dir, "other-cert.pub")}}
+	got, err := certSigners(key, id, h, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d certificate signers, want the one for this key", len(got))
+	}
+	if c, ok := got[0].PublicKey().(*ssh.Certificate); !ok || !bytes.Equal(c.Key.Marshal(), key.PublicKey().Marshal()) {
+		t.Fatalf("signer offers %T, want the key's certificate", got[0].PublicKey())
+	}
+	if got, err := certSigners(key, filepath.Join(dir, "none"), SSHHost{}, dir); err != nil || len(got) != 0 {
+		t.Fatalf("no certificate beside the key: %d signers, %v", len(got), err)
+	}
+	plain := filepath.Join(dir, "plain.pub")
+	if err := os.WriteFile(plain, ssh.MarshalAuthorizedKey(key.PublicKey()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := certSigners(key, id, SSHHost{CertificateFiles: []string{plain}}, dir); err == nil || !strings.Contains(err.Error(), "not a certificate") {
+		t.Fatalf("a CertificateFile with a plain key: %v", err)
+	}
 }

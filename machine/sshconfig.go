@@ -212,6 +212,7 @@ type SSHHost struct {
 	User                string
 	Port                int
 	IdentityFiles       []string
+	CertificateFiles    []string
 	IdentitiesOnly      bool
 	ProxyJump           string // "" or a comma-separated list of [user@]host[:port]
 	ProxyCommand        string // "" or a shell command line whose stdin and stdout carry ssh
@@ -245,6 +246,10 @@ func (c *SSHConfig) Lookup(host string) SSHHost {
 		}
 		if e.key == "identityfile" {
 			h.IdentityFiles = append(h.IdentityFiles, e.value)
+			continue
+		}
+		if e.key == "certificatefile" {
+			h.CertificateFiles = append(h.CertificateFiles, e.value)
 			continue
 		}
 		if seen[e.key] {

@@ -34,6 +34,9 @@ type sshHost struct {
 	// HostCA signed the host key's certificate (for the listen address),
 	// which sshd offers beside the plain key: "type base64".
 	HostCA string
+	// UserCA is the private key of a CA whose user certificates for root
+	// sshd accepts (TrustedUserCAKeys).
+	UserCA string
 	cmd    *exec.Cmd
 	log    *lockedLog
 }
@@ -189,6 +192,8 @@ func startSSHD(t testing.TB, h *testhosts.Host, listen netip.Addr, pub string) *
 	}
 	f = strings.Fields(string(b))
 	s.HostCA = f[0] + " " + f[1]
+	s.UserCA = filepath.Join(dir, "user_ca")
+	keygen(t, s.UserCA)
 	auth := filepath.Join(dir, "authorized_keys")
 	if err := os.WriteFile(auth, []byte(pub+"\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -197,6 +202,7 @@ func startSSHD(t testing.TB, h *testhosts.Host, listen netip.Addr, pub string) *
 	cfg := fmt.Sprintf(`ListenAddress %s:22
 HostKey %s
 HostCertificate %s-cert.pub
+TrustedUserCAKeys %s.pub
 PidFile %s
 AuthorizedKeysFile %s
 PermitRootLogin prohibit-password
@@ -210,7 +216,7 @@ Subsystem sftp internal-sftp
 SetEnv HOME=%s
 PrintMotd no
 LogLevel ERROR
-`, listen, hostKey, hostKey, filepath.Join(dir, "sshd.pid"), auth, s.Home)
+`, listen, hostKey, hostKey, s.UserCA, filepath.Join(dir, "sshd.pid"), auth, s.Home)
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -596,6 +602,27 @@ func TestRemoteHostKeys(t *testing.T) {
 	if _, stderr, code = c.postern(t, "machine", "probe-confinement", "far"); code == 0 || !strings.Contains(stderr, "host key") {
 		t.Fatalf("a CA trusted for other names: exit %d, %q", code, stderr)
 	}
+}
+
+// TestRemoteUserCertificate logs in with a key sshd knows only through the
+// certificate its CA signed, found beside the identity file as ssh finds it.
+func TestRemoteUserCertificate(t *testing.T) {
+	r := newRemoteLab(t)
+	c := r.C
+	addr := r.Remote.Addr.String()
+	key := c.sshFile("id_cert")
+	keygen(t, key)
+	c.writeSSH(t, "config", "Host "+addr+"\n  IdentityFile ~/.ssh/id_cert\n  IdentitiesOnly yes\n")
+	c.trust(t, addr, r.Remote.HostPub)
+	c.mustPostern(t, "machine", "add", "far", "--ssh", "root@"+addr)
+	// Not in authorized_keys, no certificate: refused.
+	if _, stderr, code := c.postern(t, "machine", "probe-confinement", "far"); code == 0 || !strings.Contains(stderr, "unable to authenticate") {
+		t.Fatalf("a key sshd does not know: exit %d, %q", code, stderr)
+	}
+	if out, err := exec.Command("ssh-keygen", "-q", "-s", r.Remote.UserCA, "-I", "postern-test-user", "-n", "root", key+".pub").CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen -s: %v: %s", err, out)
+	}
+	c.mustPostern(t, "machine", "probe-confinement", "far")
 }
 
 func fingerprint(t testing.TB, pub string) string {
