@@ -53,8 +53,11 @@ func TestServeKillsTheRunWhenHeartbeatsStop(t *testing.T) {
 	started, stopped := make(chan time.Time, 1), make(chan time.Time, 1)
 	c, done, closeIn := startServe(t, Handlers{Run: blockingRun(started, stopped)})
 	defer closeIn()
+	// The request is the controller's last word: the agent's silence timer
+	// starts when it arrives, which is after t0 and before the run starts.
+	t0 := time.Now()
 	c.w.WriteJSON(FrameRequest, Request{Kind: KindRun, Run: &RunRequest{ID: "r1", Command: []string{"x"}}})
-	t0 := <-started
+	<-started
 	// The controller now says nothing, without closing the stream.
 	select {
 	case t1 := <-stopped:
