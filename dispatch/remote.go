@@ -10,8 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door/policy"
@@ -19,6 +17,7 @@ import (
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
 	agent "github.com/postern-dev/postern/remote-agent"
+	"golang.org/x/term"
 )
 
 // Version is postern's version, told to agents in the handshake.
@@ -302,36 +301,26 @@ func remoteEnv(env []string) []string {
 // owns it, its size sent on start and on SIGWINCH.
 type localTerminal struct {
 	f     *os.File
-	state *unix.Termios
+	state *term.State
 }
 
 func (t *localTerminal) size() (rows, cols uint16, ok bool) {
-	ws, err := unix.IoctlGetWinsize(int(t.f.Fd()), unix.TIOCGWINSZ)
-	if err != nil {
+	w, h, err := term.GetSize(int(t.f.Fd()))
+	if err != nil || w <= 0 || h <= 0 || w > 0xffff || h > 0xffff {
 		return 0, 0, false
 	}
-	return ws.Row, ws.Col, true
+	return uint16(h), uint16(w), true
 }
 
 func (t *localTerminal) raw() {
-	st, err := unix.IoctlGetTermios(int(t.f.Fd()), unix.TCGETS)
-	if err != nil {
-		return
+	if st, err := term.MakeRaw(int(t.f.Fd())); err == nil {
+		t.state = st
 	}
-	old := *st
-	t.state = &old
-	st.Iflag &^= unix.IGNBRK | unix.BRKINT | unix.PARMRK | unix.ISTRIP | unix.INLCR | unix.IGNCR | unix.ICRNL | unix.IXON
-	st.Oflag &^= unix.OPOST
-	st.Lflag &^= unix.ECHO | unix.ECHONL | unix.ICANON | unix.ISIG | unix.IEXTEN
-	st.Cflag &^= unix.CSIZE | unix.PARENB
-	st.Cflag |= unix.CS8
-	st.Cc[unix.VMIN], st.Cc[unix.VTIME] = 1, 0
-	_ = unix.IoctlSetTermios(int(t.f.Fd()), unix.TCSETS, st)
 }
 
 func (t *localTerminal) restore() {
 	if t.state != nil {
-		_ = unix.IoctlSetTermios(int(t.f.Fd()), unix.TCSETS, t.state)
+		_ = term.Restore(int(t.f.Fd()), t.state)
 	}
 }
 

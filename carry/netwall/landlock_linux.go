@@ -3,7 +3,6 @@ package netwall
 import (
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -11,28 +10,8 @@ import (
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 )
 
-// LandlockEnv, in a walled command's environment, asks the exec stage to confine
-// the command with Landlock as well: TCP connect(2) only to the listed ports
-// (comma-separated). The exec stage removes it before exec. It can only take
-// rights away, so a command that sets it for its own children loses nothing.
-const LandlockEnv = "POSTERN_LANDLOCK_CONNECT_TCP"
-
 // landlockNetABI is the first Landlock ABI with network rules.
 const landlockNetABI = 4
-
-// LandlockConnectEnv is the LandlockEnv entry allowing TCP connect to ports and
-// to DNS (53). Inside the wall connect(2) sees the port the command asked for,
-// before the wall's redirect, so these are the policy's ports.
-func LandlockConnectEnv(ports []uint16) string {
-	all := append([]uint16{53}, ports...)
-	slices.Sort(all)
-	all = slices.Compact(all)
-	s := make([]string, len(all))
-	for i, p := range all {
-		s[i] = strconv.Itoa(int(p))
-	}
-	return LandlockEnv + "=" + strings.Join(s, ",")
-}
 
 // LandlockStatus says what Landlock confinement a walled command with
 // LandlockEnv gets on this kernel, e.g. "abi 7: tcp connect to 53,443".

@@ -4,6 +4,7 @@ package netwall
 
 import (
 	"context"
+	"net/netip"
 	"os"
 	"syscall"
 
@@ -35,6 +36,12 @@ type RuleConfig struct {
 
 // Rules is only available on Linux.
 func Rules(c RuleConfig) ([]byte, error) { return nil, ErrUnsupported }
+
+// RunAddrs: no run is walled on this operating system.
+func RunAddrs() []netip.Addr { return nil }
+
+// LandlockStatus: Landlock is a Linux security module.
+func LandlockStatus(ports []uint16) string { return "none: landlock is Linux only" }
 
 // Remedy is only meaningful on Linux.
 func Remedy(step string, err error) string { return "" }

@@ -1,4 +1,3 @@
-// Package procstat reads what the kernel says about a process in /proc/PID/stat.
 package procstat
 
 import (

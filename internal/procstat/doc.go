@@ -1,0 +1,3 @@
+// Package procstat reads what the kernel says about a process: its start
+// time, which with the pid names one process even after pids wrap.
+package procstat
