@@ -178,21 +178,23 @@ func guardChanges(before map[string]guardState) []GuardChange {
 	return out
 }
 
-// Other repositories under the home are not guarded inside the run: finding
-// them all before every run would cost its start-up. Yet git obeys their
-// configuration and hooks outside the wall: a hook planted in
-// ~/src/other/.git/hooks runs at the next commit there, a core.fsmonitor line
-// in its config at the next git status. So once the run is over the home is
-// searched for repositories (breadth first, bounded), and those files whose
-// change time is not before the run's start are reported. The kernel sets a
-// file's change time on every write, rename or attribute change, and no call
-// lets a process set it back.
+// Other repositories under the home are not guarded inside the run: a bind
+// mount for each would cost its start-up. Yet git obeys their configuration
+// and hooks outside the wall: a hook planted in ~/src/other/.git/hooks runs at
+// the next commit there, a core.fsmonitor line in its config at the next git
+// status. So the home is searched for repositories (breadth first, bounded)
+// while the wall goes up, before the command starts, and again once the run
+// is over for those it made; then each such file whose change time is not
+// before the run's start is reported. The kernel sets a file's change time on
+// every write, rename or attribute change, and no call lets a process set it
+// back.
 const (
 	// repoSearchDepth is how deep under the home a work tree is looked for:
 	// ~/a/b/c is the deepest.
 	repoSearchDepth = 3
 	// repoSearchDirs and repoSearchTime bound the directories read and the
-	// time spent reading them, which the run's end waits for.
+	// time spent reading them, which the command's start (beside raising
+	// the wall) and the run's end wait for.
 	repoSearchDirs = 2000
 	repoSearchTime = 50 * time.Millisecond
 	// ctimeSlack allows for file times coming from a clock that ticks

@@ -45,8 +45,12 @@ type Wall struct {
 	lis    door.Listeners
 
 	guards map[string]guardState // watched guarded paths (watchGuards)
-	home   string                // the run's home, searched for repositories afterwards
+	home   string                // the run's home, searched for repositories
 	began  time.Time             // when the run began, less ctimeSlack
+	// repos are the git directories under the home before the run, found
+	// while the wall goes up; Start waits for them, so nothing the run does
+	// can hide a repository from the search.
+	repos chan []string
 
 	exited  chan struct{} // closed when the init has been waited for
 	state   *os.ProcessState
@@ -94,6 +98,8 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	places := workPlacesOf(cfg)
 	guards := watchGuards(places)
 	began := time.Now().Add(-ctimeSlack)
+	repos := make(chan []string, 1)
+	go func() { repos <- homeGitDirs(places.home) }()
 
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -140,7 +146,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		}
 		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
 	}
-	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, guards: guards, home: places.home, began: began, exited: make(chan struct{})}
+	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, guards: guards, home: places.home, began: began, repos: repos, exited: make(chan struct{})}
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
@@ -267,6 +273,8 @@ func (w *Wall) Start() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
+	before := <-w.repos // bounded by repoSearchTime
+	w.repos <- before
 	reply, files, err := w.exchange(ctx, message{Type: msgStart})
 	for _, f := range files {
 		f.Close()
@@ -354,7 +362,17 @@ func (w *Wall) GuardChanges() []GuardChange {
 		return nil
 	}
 	out := guardChanges(w.guards)
-	for _, c := range changedGitFiles(homeGitDirs(w.home), w.began) {
+	// The repositories found before the run, and those found now: the
+	// second search may be led astray by what the run made, the first not.
+	before := <-w.repos
+	w.repos <- before
+	dirs := before
+	for _, d := range homeGitDirs(w.home) {
+		if !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	for _, c := range changedGitFiles(dirs, w.began) {
 		if !slices.ContainsFunc(out, func(o GuardChange) bool { return o.Path == c.Path }) {
 			out = append(out, c)
 		}

@@ -530,7 +530,7 @@ func TestWall(t *testing.T) {
 		home := t.TempDir()
 		// The home is a work tree itself (dotfiles kept in git), and the
 		// repositories are below it.
-		for _, r := range []string{".", "work", "src/other", "src/quiet", "src/linked"} {
+		for _, r := range []string{".", "work", "src/other", "src/quiet", "src/linked", "zz/late"} {
 			cmd := exec.Command("git", "init", "-q", filepath.Join(home, r))
 			cmd.Env = append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")
 			if out, err := cmd.CombinedOutput(); err != nil {
@@ -567,6 +567,19 @@ func TestWall(t *testing.T) {
 		}
 		if !slices.Equal(r.guards, want) {
 			t.Errorf("guard changes: %v, want %v", r.guards, want)
+		}
+
+		// A run that makes directories enough to spend the search after it
+		// before it reaches zz/late: the search made before it found it.
+		time.Sleep(2 * ctimeSlack)
+		r = runSpec(t, Spec{Command: []string{"sh", "-c", `
+			mkdir ../aa && cd ../aa && seq 2100 | xargs mkdir
+			echo '[alias]' >> ../zz/late/.git/config`}, Dir: filepath.Join(home, "work"), Env: append(os.Environ(), "HOME="+home)}, nil)
+		if r.code != 0 {
+			t.Fatalf("run: exit %d, %q", r.code, r.stderr)
+		}
+		if want := []GuardChange{{Path: filepath.Join(home, "zz/late/.git/config"), What: "changed during the run"}}; !slices.Equal(r.guards, want) {
+			t.Errorf("guard changes after a run that buried the repository: %v, want %v", r.guards, want)
 		}
 	})
 
