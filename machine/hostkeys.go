@@ -195,6 +195,11 @@ func (hk *hostKeys) algorithms(addr string) []string {
 	seen := map[string]bool{}
 	var out []string
 	own, cas := hk.own(ke.Want)
+	if len(own) == 0 {
+		// Only a CA vouches for the host: the library's order, certificates
+		// first, then plain keys (which then meet the unknown-key refusal).
+		return nil
+	}
 	if cas {
 		// A CA vouches for the host: its certificates first, whatever
 		// their key type, as ssh asks.
