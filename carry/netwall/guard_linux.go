@@ -14,7 +14,8 @@ import (
 // The run keeps its working directory and home writable, but some files in
 // them are obeyed later by programs outside the wall, with the host's network:
 // a shell's startup files, git's configuration and hooks, ssh's configuration,
-// the user's systemd units and autostart entries, direnv's .envrc. A run that
+// the user's systemd units and autostart entries, direnv's .envrc, build
+// tools' and editors' startup files. A run that
 // could write them would leave the wall at the next login, commit or cd. Those
 // that exist are bound read-only onto themselves inside the run: writes,
 // truncation, removal and renaming over them all fail, and the rest of home and
@@ -27,6 +28,14 @@ var guardedInHome = []string{
 	".gitconfig", ".config/git",
 	".ssh",
 	".config/systemd", ".config/autostart", ".config/environment.d",
+	// Run by build tools, editors and agents at their next start outside:
+	// cargo's linker and runner settings, gradle's init scripts, an editor's
+	// startup files, gpg-agent's pinentry program, IPython's startup scripts.
+	".cargo/config.toml", ".cargo/config",
+	".gradle/init.d", ".gradle/init.gradle", ".gradle/init.gradle.kts",
+	".vimrc", ".config/nvim", ".emacs", ".emacs.d/init.el",
+	".gnupg/gpg-agent.conf",
+	".ipython/profile_default/startup",
 }
 
 // guardedInRepo are paths relative to the work tree of the git repository the

@@ -24,6 +24,8 @@ func TestGuardedPaths(t *testing.T) {
 	}
 	write(filepath.Join(home, ".bashrc"))
 	write(filepath.Join(home, ".ssh", "config"))
+	write(filepath.Join(home, ".cargo", "config.toml"))
+	write(filepath.Join(home, ".config", "nvim", "init.lua"))
 	main := filepath.Join(home, "main")
 	write(filepath.Join(main, ".git", "config"))
 	write(filepath.Join(main, ".git", "hooks", "pre-commit.sample"))
@@ -42,6 +44,7 @@ func TestGuardedPaths(t *testing.T) {
 	got := workPlacesOf(cfg).guardedPaths(writable)
 	for _, want := range []string{
 		filepath.Join(home, ".bashrc"), filepath.Join(home, ".ssh"),
+		filepath.Join(home, ".cargo", "config.toml"), filepath.Join(home, ".config", "nvim"),
 		filepath.Join(main, ".git", "config"), filepath.Join(main, ".git", "hooks"), filepath.Join(main, ".envrc"),
 	} {
 		if !slices.Contains(got, want) {
