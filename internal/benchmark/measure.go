@@ -120,7 +120,9 @@ func throughput(ctx context.Context, p *path, size int64, runs int) (rate, cpuPe
 			return 0, 0, fmt.Errorf("bulk via %s: %w", p.Name, err)
 		}
 		rates = append(rates, float64(size)/el.Seconds())
-		if berr == nil && berr1 == nil {
+		// /proc/stat counts in ticks of 10 ms: a shorter transfer than
+		// minCPUSample says little about its CPU.
+		if berr == nil && berr1 == nil && el >= minCPUSample {
 			cpus = append(cpus, (busy1-busy0).Seconds()/(float64(size)/(1<<30)))
 		}
 	}
@@ -130,6 +132,9 @@ func throughput(ctx context.Context, p *path, size int64, runs int) (rate, cpuPe
 	}
 	return rates[len(rates)/2], cpuPerGiB, nil
 }
+
+// minCPUSample is the shortest transfer whose CPU time is recorded.
+const minCPUSample = 250 * time.Millisecond
 
 // machineBusy is the CPU time all cores have spent not idle since boot, from
 // /proc/stat.
