@@ -84,7 +84,7 @@ func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m ma
 		return nil, err
 	}
 	if open {
-		fmt.Fprintf(spec.Warn, "postern: WARNING: run %s has an OPEN network (the container engine's own, no wall, no door): --egress-open %q; this is recorded\n", run.ID, run.EgressOpenReason)
+		warnOpen(spec.Warn, run, "the container engine's own, no wall, no door")
 	}
 	code, err := runInContainer(ctx, store, run, spec, pol, pins, eng, noNetwork, open)
 	return finish(ctx, store, run, code, err)

@@ -153,7 +153,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	var code int
 	switch c {
 	case carry.None:
-		fmt.Fprintf(spec.Warn, "postern: WARNING: run %s has an OPEN network (no wall, no door): --egress-open %q; this is recorded\n", run.ID, run.EgressOpenReason)
+		warnOpen(spec.Warn, run, "no wall, no door")
 		if m.IsLocal() {
 			code, err = runOpen(ctx, spec)
 		} else {
@@ -165,6 +165,11 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		err = &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec), AtRunTime: fmt.Sprintf("carry %s is not available on this machine's platform", c), Fix: "run on a Linux machine"}
 	}
 	return finish(ctx, store, run, code, err)
+}
+
+// warnOpen tells the person that run has an open network, and how open.
+func warnOpen(w io.Writer, run *records.Run, how string) {
+	fmt.Fprintf(w, "postern: WARNING: run %s has an OPEN network (%s): --egress-open %q; this is recorded\n", run.ID, how, run.EgressOpenReason)
 }
 
 func measuredAt(rec *probe.Record) time.Time {

@@ -136,7 +136,7 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	if changes := wall.GuardChanges(); len(changes) > 0 {
 		guarded := make([]string, len(changes))
 		for i, c := range changes {
-			w.Logger.Warn("guarded path changed by the run", "run", w.Run, "path", c.Path, "what", c.What)
+			w.Logger.Info("guarded path changed by the run", "run", w.Run, "path", c.Path, "what", c.What)
 			guarded[i] = c.String()
 		}
 		warnGuarded(w.Warn, w.Run, guarded)
