@@ -703,6 +703,9 @@ allow_cidrs = [%q]
 		if strings.Contains(w.Stderr, "notes") {
 			t.Errorf("a file nothing obeys was reported:\n%s", w.Stderr)
 		}
+		if n := strings.Count(w.Stderr, filepath.Join(home, ".bash_profile")); n != 1 {
+			t.Errorf("the planted file is named %d times, want once:\n%s", n, w.Stderr)
+		}
 		// The record keeps them.
 		if want := []string{
 			filepath.Join(home, ".bash_profile") + " appeared during the run",
