@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -13,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/door"
 )
@@ -67,7 +69,7 @@ postern's exit status is the run's.`,
 			spec.Warn = os.Stderr
 			spec.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			if !quiet {
-				spec.OnEvent = printDenial
+				spec.OnEvent = func(ev door.Event) { printDenial(os.Stderr, ev) }
 			}
 			// Signals reach the run through spec.Signals; they must not also cancel it.
 			run, err := dispatch.Run(context.WithoutCancel(cmd.Context()), store, spec)
@@ -108,7 +110,7 @@ postern's exit status is the run's.`,
 
 // printDenial tells the person (or the agent reading stderr) in one line what the
 // door refused and why, as it happens.
-func printDenial(ev door.Event) {
+func printDenial(w io.Writer, ev door.Event) {
 	if ev.Event != "decision" || (ev.Decision != "deny" && !ev.WouldDeny) {
 		return
 	}
@@ -116,13 +118,16 @@ func printDenial(ev door.Event) {
 	if ev.Port != 0 {
 		target = fmt.Sprintf("%s:%d", ev.Host, ev.Port)
 	}
+	// The run chose the target (a malformed one is recorded as sent): it
+	// must not act on the person's terminal.
+	target, reason := netwall.Printable(target), netwall.Printable(ev.Reason)
 	if ev.Kind == "wall" {
-		fmt.Fprintf(os.Stderr, "postern: the wall refused %s: %s\n", target, ev.Reason)
+		fmt.Fprintf(w, "postern: the wall refused %s: %s\n", target, reason)
 		return
 	}
 	verb := "denied"
 	if ev.WouldDeny {
 		verb = "observed (enforce would deny)"
 	}
-	fmt.Fprintf(os.Stderr, "postern: %s %s %s: %s\n", verb, ev.Kind, target, ev.Reason)
+	fmt.Fprintf(w, "postern: %s %s %s: %s\n", verb, ev.Kind, target, reason)
 }
