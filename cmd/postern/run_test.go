@@ -33,3 +33,11 @@ func TestPrintDenial(t *testing.T) {
 		}
 	}
 }
+
+// The events table shows what the run sent as printable text too.
+func TestEventRowPrintable(t *testing.T) {
+	row := eventRow(door.Event{Event: "decision", Kind: "connect", Host: "x\x1b]0;t\a", Decision: "deny", Reason: "bad \x1b[2J"})
+	if strings.ContainsAny(row, "\x1b\a") || !strings.Contains(row, `"x\x1b]0;t\a"`) {
+		t.Errorf("eventRow = %q", row)
+	}
+}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/records"
@@ -203,6 +204,7 @@ func eventRow(ev door.Event) string {
 	if ev.Port != 0 {
 		port = fmt.Sprint(ev.Port)
 	}
+	// Host and reason can carry what the run sent: shown printable only.
 	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ev.Time.Local().Format("15:04:05.000"), ev.Event, ev.Kind, decision,
-		ev.Host, port, ev.Addr, ev.Reason, bytes)
+		netwall.Printable(ev.Host), port, ev.Addr, netwall.Printable(ev.Reason), bytes)
 }
