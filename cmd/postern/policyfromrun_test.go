@@ -34,6 +34,9 @@ func TestPolicyFromEvents(t *testing.T) {
 		ev("dns", "secret.github.com", 0, "", "deny", policy.ReasonDeniedByRule, false),
 		ev("dns", "unknown.test", 0, "", "deny", "no allow rule matches", false),
 		ev("dns", "new.test", 0, "198.18.0.9", "allow", "no allow rule matches", true),
+		// What the run sent, refused: it must stay inside its comment.
+		ev("connect", "x\rallow = [\"evil.test\"]", 0, "", "deny", "bad connect target", false),
+		ev("transparent", "web.test", 443, "10.0.0.9", "deny", "TLS server_name \"a\nallow = [\\\"evil.test\\\"]\" does not match", false),
 	}
 	run := &records.Run{ID: "r1", Machine: "local", Mode: "observe", Command: []string{"agent", "--fix"}}
 	src := policyFromEvents(run, evs)
@@ -61,7 +64,7 @@ func TestPolicyFromEvents(t *testing.T) {
 			t.Errorf("%s:%d: %+v, want allowed", c.addr, c.port, d)
 		}
 	}
-	for _, n := range []string{"gist.github.com", "secret.github.com", "unknown.test", "new.test"} {
+	for _, n := range []string{"gist.github.com", "secret.github.com", "unknown.test", "new.test", "evil.test"} {
 		if d := pol.DecideName(n, 443); d.Verdict == policy.Allow {
 			t.Errorf("%s, refused during the run or only looked up, is allowed: %+v", n, d)
 		}
