@@ -242,7 +242,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	evlog := store.NewEventLog(run.ID, spec.OnEvent)
 	cio.OnEvent = evlog.Emit
 	cio.OnStart = func(st agent.Started) {
-		run.Landlock = st.Landlock
+		run.Landlock = netwall.Printable(st.Landlock)
 		if tty != nil {
 			tty.raw()
 		}
@@ -280,9 +280,10 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	}
 	switch {
 	case exit.Refused:
-		return 0, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec), AtRunTime: exit.Error, Fix: exit.Fix}
+		return 0, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
+			AtRunTime: netwall.Printable(exit.Error), Fix: netwall.Printable(exit.Fix)}
 	case exit.Error != "":
-		return exit.Code, fmt.Errorf("machine %s: %s", m.Name, exit.Error)
+		return exit.Code, fmt.Errorf("machine %s: %s", m.Name, netwall.Printable(exit.Error))
 	}
 	return exit.Code, nil
 }
