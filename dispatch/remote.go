@@ -10,14 +10,16 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/term"
+
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
 	agent "github.com/postern-dev/postern/remote-agent"
-	"golang.org/x/term"
 )
 
 // Version is postern's version, told to agents in the handshake.
@@ -242,7 +244,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	evlog := store.NewEventLog(run.ID, spec.OnEvent)
 	cio.OnEvent = evlog.Emit
 	cio.OnStart = func(st agent.Started) {
-		run.Landlock = netwall.Printable(st.Landlock)
+		run.Landlock = termtext.Printable(st.Landlock)
 		if tty != nil {
 			tty.raw()
 		}
@@ -274,16 +276,16 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 		// Sentences from the remote machine: shown only as printable text.
 		run.Guarded = make([]string, len(exit.Guarded))
 		for i, g := range exit.Guarded {
-			run.Guarded[i] = netwall.Printable(g)
+			run.Guarded[i] = termtext.Printable(g)
 		}
 		warnGuarded(spec.Warn, run.ID, run.Guarded)
 	}
 	switch {
 	case exit.Refused:
 		return 0, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
-			AtRunTime: netwall.Printable(exit.Error), Fix: netwall.Printable(exit.Fix)}
+			AtRunTime: termtext.Printable(exit.Error), Fix: termtext.Printable(exit.Fix)}
 	case exit.Error != "":
-		return exit.Code, fmt.Errorf("machine %s: %s", m.Name, netwall.Printable(exit.Error))
+		return exit.Code, fmt.Errorf("machine %s: %s", m.Name, termtext.Printable(exit.Error))
 	}
 	return exit.Code, nil
 }

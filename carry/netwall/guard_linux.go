@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/internal/termtext"
 )
 
 // The run keeps its working directory and home writable, but some files in
@@ -181,7 +183,7 @@ func guardChanges(before map[string]guardState) []GuardChange {
 			}
 			fallthrough
 		case was.exists && err == nil:
-			out = append(out, GuardChange{Path: path, What: "was a link to " + Printable(was.link) + " and the run replaced it"})
+			out = append(out, GuardChange{Path: path, What: "was a link to " + termtext.Printable(was.link) + " and the run replaced it"})
 		}
 	}
 	return out

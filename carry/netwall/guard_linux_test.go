@@ -114,19 +114,3 @@ func TestRunDirs(t *testing.T) {
 		t.Errorf("runDirs under a repository above the home = %v, want %v", got, want)
 	}
 }
-
-// Printable leaves ordinary names alone and quotes those that could act on a
-// terminal.
-func TestPrintable(t *testing.T) {
-	for in, want := range map[string]string{
-		"/home/a/.bashrc":          "/home/a/.bashrc",
-		"/home/a/dépôt/.git":       "/home/a/dépôt/.git",
-		"/home/a/\x1b]0;pwned\a/x": `"/home/a/\x1b]0;pwned\a/x"`,
-		"/home/a/\u009b31m":        `"/home/a/\u009b31m"`,
-		"/home/a/\xff":             `"/home/a/\xff"`,
-	} {
-		if got := Printable(in); got != want {
-			t.Errorf("Printable(%q) = %s, want %s", in, got, want)
-		}
-	}
-}

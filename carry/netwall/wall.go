@@ -5,10 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
-	"strings"
-	"unicode"
-	"unicode/utf8"
+
+	"github.com/postern-dev/postern/internal/termtext"
 )
 
 // Hidden first arguments under which the postern binary (or a test binary, see
@@ -101,14 +99,4 @@ type GuardChange struct {
 	What string
 }
 
-func (c GuardChange) String() string { return Printable(c.Path) + " " + c.What }
-
-// Printable is s as a person's terminal may show it: a name the run chose can
-// hold control characters (escape sequences that would act on the terminal
-// it is printed to), and such a name is shown quoted, with them escaped.
-func Printable(s string) string {
-	if utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool { return !unicode.IsPrint(r) }) < 0 {
-		return s
-	}
-	return strconv.Quote(s)
-}
+func (c GuardChange) String() string { return termtext.Printable(c.Path) + " " + c.What }

@@ -12,10 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/records"
 )
 
@@ -130,7 +130,7 @@ func policyFromEvents(run *records.Run, evs []door.Event) string {
 				// Written in a comment, so on one line: the run chose the
 				// target and much of the reason (a malformed target, a TLS
 				// server_name), and a line break would start a policy line.
-				refused = append(refused, fmt.Sprintf("%s (%s: %s)", netwall.Printable(target), ev.Kind, netwall.Printable(ev.Reason)))
+				refused = append(refused, fmt.Sprintf("%s (%s: %s)", termtext.Printable(target), ev.Kind, termtext.Printable(ev.Reason)))
 			}
 			continue
 		}
@@ -153,7 +153,7 @@ func policyFromEvents(run *records.Run, evs []door.Event) string {
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by 'postern policy from-run %s' on %s from what the run reached\n", run.ID, time.Now().UTC().Format(time.RFC3339))
-	fmt.Fprintf(&b, "# on machine %s (its policy's mode: %s): %s\n", run.Machine, orDash(run.Mode), netwall.Printable(strings.Join(run.Command, " ")))
+	fmt.Fprintf(&b, "# on machine %s (its policy's mode: %s): %s\n", run.Machine, orDash(run.Mode), termtext.Printable(strings.Join(run.Command, " ")))
 	b.WriteString("# Review it before use: every entry below is something the run did.\n")
 	b.WriteString("mode = \"enforce\"\n")
 

@@ -14,9 +14,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postern-dev/postern/carry"
-	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/internal/termtext"
 )
 
 // exitRefused is the exit status of a run refused before anything was spawned.
@@ -120,7 +120,7 @@ func printDenial(w io.Writer, ev door.Event) {
 	}
 	// The run chose the target (a malformed one is recorded as sent): it
 	// must not act on the person's terminal.
-	target, reason := netwall.Printable(target), netwall.Printable(ev.Reason)
+	target, reason := termtext.Printable(target), termtext.Printable(ev.Reason)
 	if ev.Kind == "wall" {
 		fmt.Fprintf(w, "postern: the wall refused %s: %s\n", target, reason)
 		return

@@ -12,9 +12,9 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/records"
 )
 
@@ -206,5 +206,5 @@ func eventRow(ev door.Event) string {
 	}
 	// Host and reason can carry what the run sent: shown printable only.
 	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ev.Time.Local().Format("15:04:05.000"), ev.Event, ev.Kind, decision,
-		netwall.Printable(ev.Host), port, ev.Addr, netwall.Printable(ev.Reason), bytes)
+		termtext.Printable(ev.Host), port, ev.Addr, termtext.Printable(ev.Reason), bytes)
 }
