@@ -1062,7 +1062,9 @@ func testUnprivileged(t *testing.T, l *wallLab) {
 		}
 	}
 	bin := filepath.Join(root, "postern")
-	copyFile(posternBin, bin, 0o755)
+	if err := testhosts.CopyExecutable(posternBin, bin); err != nil {
+		t.Fatal(err)
+	}
 	home := filepath.Join(root, "home")
 	work := filepath.Join(home, "work")
 	for _, d := range []string{home, work} {

@@ -120,11 +120,10 @@ func workDir(t *testing.T, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
 	for name, src := range files {
-		data, err := os.ReadFile(src)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), data, 0o755); err != nil {
+		// The files are often programs the run executes: copied by another
+		// process, so that no descriptor written here leaks into a child
+		// forked meanwhile (ETXTBSY).
+		if err := testhosts.CopyExecutable(src, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}

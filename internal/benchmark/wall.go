@@ -7,7 +7,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -176,7 +175,7 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := copyExecutable(self, client); err != nil {
+	if err := testhosts.CopyExecutable(self, client); err != nil {
 		return nil, err
 	}
 
@@ -529,23 +528,6 @@ func runIn(ctx context.Context, dir string, env []string, name string, args ...s
 	cmd.Dir, cmd.Env = dir, env
 	out, err := cmd.CombinedOutput()
 	return string(out), err
-}
-
-func copyExecutable(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return fmt.Errorf("copy %s: %w", src, err)
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return fmt.Errorf("copy to %s: %w", dst, err)
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return fmt.Errorf("copy to %s: %w", dst, err)
-	}
-	return out.Close()
 }
 
 func firstLine(cmd *exec.Cmd) string {

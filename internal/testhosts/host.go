@@ -60,6 +60,9 @@ func newHost(l *Lab, idx int, name string) (h *Host, err error) {
 		}
 	}()
 
+	if err := prepareNetnsDir(); err != nil {
+		return h, err
+	}
 	if err := onFreshThread(func() error {
 		ns, err := netns.NewNamed(h.NetNS)
 		if err != nil {

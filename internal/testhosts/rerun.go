@@ -1,7 +1,7 @@
 package testhosts
 
 import (
-	"io"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +36,7 @@ func RerunAsNobody(t testing.TB, pattern string, wantPass ...string) string {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, filepath.Base(self))
-	if err := copyExecutable(self, bin); err != nil {
+	if err := CopyExecutable(self, bin); err != nil {
 		t.Fatal(err)
 	}
 	home := filepath.Join(dir, "home")
@@ -89,19 +89,18 @@ func RerunWithoutUserns(t testing.TB, name string) string {
 	return out
 }
 
-func copyExecutable(src, dst string) error {
-	in, err := os.Open(src)
+// CopyExecutable copies the executable src to dst (mode 0755) by way of a cp
+// process, so that no descriptor open for writing on dst ever exists in this
+// process. Tests fork and exec in parallel: a descriptor written here would be
+// inherited by every child forked before it is closed, until that child's
+// exec, and executing dst meanwhile fails with ETXTBSY ("text file busy").
+func CopyExecutable(src, dst string) error {
+	out, err := exec.Command("cp", "--", src, dst).CombinedOutput()
 	if err != nil {
-		return err
+		return fmt.Errorf("copy %s to %s: %v: %s", src, dst, err, strings.TrimSpace(string(out)))
 	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
+	if err := os.Chmod(dst, 0o755); err != nil {
+		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
+	return nil
 }

@@ -387,3 +387,35 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// Another tool that names network namespaces (ip netns, podman's netavark)
+// binds /run/netns over itself if it is not a mount point yet; the lab's
+// namespaces made before that must still be removable afterwards.
+func TestCloseAfterAnotherToolNamesANamespace(t *testing.T) {
+	RequireRoot(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lab, err := NewLab(ctx, "othertool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := lab.Host(ctx, "a")
+	if err != nil {
+		lab.Close()
+		t.Fatal(err)
+	}
+	other := fmt.Sprintf("postern-othertool-%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", other).CombinedOutput(); err != nil {
+		lab.Close()
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	if out, err := exec.Command("ip", "netns", "del", other).CombinedOutput(); err != nil {
+		t.Errorf("ip netns del: %v: %s", err, out)
+	}
+	if err := lab.Close(); err != nil {
+		t.Fatalf("close after another tool named a namespace: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(netnsDir, h.NetNS)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("netns %s still exists: %v", h.NetNS, err)
+	}
+}
