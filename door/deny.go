@@ -3,7 +3,6 @@ package door
 import (
 	"fmt"
 	"io"
-	"net"
 	"strconv"
 	"strings"
 
@@ -68,12 +67,12 @@ func decisionHeader(reason string) string {
 }
 
 // writeDenied writes a complete HTTP 403 response carrying text.
-func writeDenied(c net.Conn, reason, text string, closeAfter bool) error {
+func writeDenied(c io.Writer, reason, text string, closeAfter bool) error {
 	return writeStatus(c, 403, "Forbidden", text, closeAfter, "X-Postern-Decision: "+decisionHeader(reason))
 }
 
 // writeStatus writes a complete plain-text HTTP/1.1 response.
-func writeStatus(c net.Conn, code int, status, text string, closeAfter bool, extra ...string) error {
+func writeStatus(c io.Writer, code int, status, text string, closeAfter bool, extra ...string) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "HTTP/1.1 %d %s\r\n", code, status)
 	b.WriteString("Content-Type: text/plain; charset=utf-8\r\n")

@@ -44,6 +44,10 @@ type Door struct {
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
 	running bool
+	// hard is done when the door stops for good (the drain ran out, or Run
+	// returned): requests still in flight upstream are abandoned then.
+	hard       context.Context
+	hardCancel context.CancelFunc
 }
 
 // New checks cfg and returns a Door ready to Run.
@@ -121,6 +125,7 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 		return errors.New("door is already running")
 	}
 	d.running = true
+	d.hard, d.hardCancel = context.WithCancel(context.WithoutCancel(ctx))
 	d.mu.Unlock()
 
 	if self := selfAddrs(ls); len(self) > 0 {
@@ -225,9 +230,11 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 	select {
 	case <-drained:
 	case <-drainCtx.Done():
+		d.hardCancel()
 		d.closeAll()
 		<-drained
 	}
+	d.hardCancel()
 	d.mu.Lock()
 	d.running = false
 	d.mu.Unlock()
@@ -237,6 +244,16 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 	return firstErr
 }
 
+// hardCtx is the context upstream requests run in.
+func (d *Door) hardCtx() context.Context {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.hard == nil {
+		return context.Background()
+	}
+	return d.hard
+}
+
 // track records an open connection so a drain that runs out of time can close it.
 func (d *Door) track(c net.Conn) {
 	d.mu.Lock()
@@ -244,11 +261,23 @@ func (d *Door) track(c net.Conn) {
 	d.mu.Unlock()
 }
 
+// untrack closes a tracked connection, unless it was handed on (see forget).
 func (d *Door) untrack(c net.Conn) {
+	d.mu.Lock()
+	_, ok := d.conns[c]
+	delete(d.conns, c)
+	d.mu.Unlock()
+	if ok {
+		c.Close()
+	}
+}
+
+// forget stops tracking c without closing it: its owner is now another (the
+// Transport, for an upstream connection that carries plain HTTP).
+func (d *Door) forget(c net.Conn) {
 	d.mu.Lock()
 	delete(d.conns, c)
 	d.mu.Unlock()
-	c.Close()
 }
 
 func (d *Door) closeAll() {

@@ -8,9 +8,11 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/netip"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -273,10 +275,31 @@ func httpServer(t testing.TB, name string, seen chan<- string) string {
 				seen <- strings.Join(lines, "\n")
 			}
 			host := ""
+			var reqBody io.Reader = strings.NewReader("")
+			chunked := false
 			for _, l := range lines[1:] {
-				if k, v, ok := strings.Cut(l, ":"); ok && strings.EqualFold(k, "host") {
-					host = strings.TrimSpace(v)
+				k, v, ok := strings.Cut(l, ":")
+				v = strings.TrimSpace(v)
+				switch {
+				case !ok:
+				case strings.EqualFold(k, "host"):
+					host = v
+				case strings.EqualFold(k, "content-length"):
+					n, _ := strconv.ParseInt(v, 10, 64)
+					reqBody = io.LimitReader(br, n)
+				case strings.EqualFold(k, "transfer-encoding") && strings.EqualFold(v, "chunked"):
+					reqBody, chunked = httputil.NewChunkedReader(br), true
 				}
+			}
+			if _, err := io.Copy(io.Discard, reqBody); err != nil {
+				return
+			}
+			for chunked { // the trailer section after the last chunk
+				l, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				chunked = strings.TrimRight(l, "\r\n") != ""
 			}
 			body := fmt.Sprintf("hello from %s: %s host=%s\n", name, lines[0], host)
 			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nContent-Type: text/plain\r\n\r\n%s", len(body), body)
