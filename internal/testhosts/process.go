@@ -206,16 +206,6 @@ func (h *Host) serverDir(kind string) (string, error) {
 	return dir, nil
 }
 
-// baseEnv is the environment server programs start with: a PATH and nothing
-// the test process happens to carry (proxy settings above all).
-func baseEnv() []string {
-	path := os.Getenv("PATH")
-	if path == "" {
-		path = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-	}
-	return []string{"PATH=" + path, "LANG=C.UTF-8"}
-}
-
 func addrPortFrom(a netip.Addr, port int) netip.AddrPort {
 	return netip.AddrPortFrom(a, uint16(port))
 }

@@ -55,7 +55,12 @@ func RequireTool(t testing.TB, tool, pkg string) {
 	if _, err := exec.LookPath(tool); err == nil {
 		return
 	}
-	msg := fmt.Sprintf("needs %s (apt-get install %s)", tool, pkg)
+	skipOrFail(t, fmt.Sprintf("needs %s (apt-get install %s)", tool, pkg))
+}
+
+// skipOrFail skips t with msg, or fails it when POSTERN_REQUIRE_PRIVILEGED=1.
+func skipOrFail(t testing.TB, msg string) {
+	t.Helper()
 	if os.Getenv("POSTERN_REQUIRE_PRIVILEGED") == "1" {
 		t.Fatalf("%s; POSTERN_REQUIRE_PRIVILEGED=1 forbids skipping", msg)
 	}
