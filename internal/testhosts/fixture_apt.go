@@ -12,12 +12,16 @@ import (
 
 // Seeds of the fixtures' payloads, so a test can name the bytes it expects.
 const (
-	AptPayloadSeed  = 0xa9
-	PipPayloadSeed  = 0x919
-	NpmPayloadSeed  = 0x9e
-	GoPayloadSeed   = 0x90
-	GitPayloadSeed  = 0x917
-	PayloadSize     = 1 << 20 // each fixture's payload file
+	AptPayloadSeed = 0xa9
+	PipPayloadSeed = 0x919
+	NpmPayloadSeed = 0x9e
+	GoPayloadSeed  = 0x90
+	GitPayloadSeed = 0x917
+	// PayloadSize is the length of each fixture's payload file.
+	PayloadSize = 1 << 20
+)
+
+const (
 	fixturePkg      = "postern-fixture"
 	fixtureDate     = "Mon, 01 Jan 2024 00:00:00 UTC"
 	fixtureMaintain = "postern tests <tests@example.invalid>"

@@ -16,13 +16,16 @@ import (
 	"time"
 )
 
-// npmTarballOrigin is the origin written into the metadata's dist.tarball. A
-// registry writes its own absolute URL there; the fixture cannot know the
-// server's address or name in advance, so Fetch runs npm with
-// --replace-registry-host=always, which swaps any tarball origin for the
-// configured registry's and keeps the path. ".invalid" never resolves
-// (RFC 6761), so a client that kept the origin would fail at once instead of
-// reaching anything.
+// npmTarballOrigin is the origin written into the metadata's dist.tarball,
+// which a registry fills with its own absolute URL. The fixture cannot know
+// the server's address or name in advance, so the document says
+// "http://registry.invalid/-/<name>-<version>.tgz" and Fetch runs npm with
+// --replace-registry-host=always, which rewrites it to the configured
+// registry: npm 9 (Debian's) puts the registry URL before the tarball's path,
+// npm 10 and later swap the origin and add the registry's path where the
+// tarball's lacks it; both give <registry>/-/<name>-<version>.tgz. ".invalid"
+// never resolves (RFC 6761), so a client that kept the origin fails at once
+// instead of reaching anything.
 const npmTarballOrigin = "http://registry.invalid"
 
 // NpmRegistry is a registry of one package, as BuildNpmRegistry made it.
@@ -102,7 +105,7 @@ func BuildNpmRegistry(root string) (*NpmRegistry, error) {
 		"dist-tags": map[string]string{"latest": r.Version},
 		"versions": map[string]any{r.Version: map[string]any{
 			"name": r.Package, "version": r.Version, "description": "payload for postern's differential tests", "license": "MIT",
-			"dist": map[string]string{"tarball": npmTarballOrigin + r.TarballPath, "integrity": r.Integrity, "shasum": r.Shasum},
+			"dist": map[string]string{"tarball": npmTarballOrigin + "/-/" + tgzName, "integrity": r.Integrity, "shasum": r.Shasum},
 		}},
 		"time": map[string]string{r.Version: mtime.Format(time.RFC3339), "created": mtime.Format(time.RFC3339), "modified": mtime.Format(time.RFC3339)},
 	}, "", "  ")

@@ -72,10 +72,11 @@ func (h *Host) ServeNginx(ctx context.Context, opts NginxOptions) (*Server, erro
 
 	var procs []*process
 	stopAll := func() error {
+		var errs []error
 		for i := len(procs) - 1; i >= 0; i-- {
-			_ = procs[i].stop(5 * time.Second)
+			errs = append(errs, procs[i].stop(5*time.Second))
 		}
-		return nil
+		return errors.Join(errs...)
 	}
 
 	conf := nginxConf{Dir: dir, Root: root}

@@ -3,6 +3,7 @@
 package testhosts
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -101,24 +103,68 @@ func startFromSpawner(cmd *exec.Cmd) error {
 	return <-errc
 }
 
-// stop sends SIGTERM, waits up to grace, then kills the process group, and
-// always waits for the process.
+// stop sends SIGTERM to the process's group, waits up to grace for the
+// process, then kills the group, and always waits for the process. Then it
+// waits for the rest of the group (a server's workers or preforked children,
+// reaped by whoever inherits them) to be gone too.
 func (p *process) stop(grace time.Duration) error {
-	select {
-	case <-p.done:
-		return nil
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	// The group is the one this process leads, made by Setpgid at start. Its
+	// id cannot name another group while a member lives (the kernel does not
+	// reuse the pid of a live group), and stop is called once per process.
+	pgid := p.cmd.Process.Pid
+	_ = syscall.Kill(-pgid, syscall.SIGTERM)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
 	}
-	// Whatever the group still holds (workers, CGI children) goes too. The
-	// group is the one this process leads, made by Setpgid at start.
-	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	<-p.done
-	return nil
+	deadline := time.Now().Add(grace)
+	for {
+		left := liveInGroup(pgid)
+		if len(left) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("stop %s: processes %v of group %d remain %v after SIGKILL", p.name, left, pgid, grace)
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// liveInGroup lists the processes of group pgid that have not ended. Zombies
+// have: their parent (init, once the group's leader is gone) reaps them when
+// it gets to it, and they hold nothing meanwhile.
+func liveInGroup(pgid int) []int {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var live []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp …; comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+1:]))
+		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if g, err := strconv.Atoi(f[2]); err == nil && g == pgid {
+			live = append(live, pid)
+		}
+	}
+	return live
 }
 
 // exited reports whether the process has ended.

@@ -67,6 +67,31 @@ func curlFetch(ctx context.Context, args ...string) (sum string, n int64, stderr
 	return hex.EncodeToString(h.Sum(nil)), n, eb.String(), err
 }
 
+// wgetFetch runs wget (never through a proxy, no retries) for url and
+// returns the SHA-256 and length of what it wrote to stdout.
+func wgetFetch(ctx context.Context, url string) (sum string, n int64, stderr string, err error) {
+	cmd := exec.CommandContext(ctx, "wget", "-q", "--no-proxy", "--tries=1", "--timeout=120", "-O", "-", url)
+	cmd.Env = baseEnv()
+	var eb bytes.Buffer
+	cmd.Stderr = &eb
+	h := sha256.New()
+	cw := &countWriter{w: h}
+	cmd.Stdout = cw
+	err = cmd.Run()
+	return hex.EncodeToString(h.Sum(nil)), cw.n, eb.String(), err
+}
+
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
 // directClient is Go's client with no proxy and no automatic decompression.
 func directClient() *http.Client {
 	return &http.Client{
@@ -109,6 +134,7 @@ func sizeName(n int64) string {
 func TestNginxServesStaticFilesByteExact(t *testing.T) {
 	RequireTool(t, "nginx", "nginx")
 	RequireTool(t, "curl", "curl")
+	RequireTool(t, "wget", "wget")
 	lab := newLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -137,6 +163,10 @@ func TestNginxServesStaticFilesByteExact(t *testing.T) {
 				if err != nil || sum != want || got != n {
 					t.Fatalf("curl %s %s: %d bytes sha256 %s, want %d bytes %s (%v %s)", ver, url, got, sum, n, want, err, stderr)
 				}
+			}
+			sum, got, stderr, err := wgetFetch(ctx, url)
+			if err != nil || sum != want || got != n {
+				t.Fatalf("wget %s: %d bytes sha256 %s, want %d bytes %s (%v %s)", url, got, sum, n, want, err, stderr)
 			}
 			resp, sum, got, err := goFetch(c, mustReq(t, ctx, "GET", url, nil))
 			if err != nil || sum != want || got != n || resp.ContentLength != n {
@@ -231,6 +261,7 @@ func TestNginxServesStaticFilesByteExact(t *testing.T) {
 func TestPythonServesHTTP10AndCloseDelimited(t *testing.T) {
 	RequireTool(t, "python3", "python3")
 	RequireTool(t, "curl", "curl")
+	RequireTool(t, "wget", "wget")
 	lab := newLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -270,6 +301,10 @@ func TestPythonServesHTTP10AndCloseDelimited(t *testing.T) {
 				sum, got, stderr, err := curlFetch(ctx, url)
 				if err != nil || sum != want || got != n {
 					t.Fatalf("curl %s: %d bytes %s, want %d bytes %s (%v %s)", url, got, sum, n, want, err, stderr)
+				}
+				sum, got, stderr, err = wgetFetch(ctx, url)
+				if err != nil || sum != want || got != n {
+					t.Fatalf("wget %s: %d bytes %s, want %d bytes %s (%v %s)", url, got, sum, n, want, err, stderr)
 				}
 			}
 		})
@@ -320,6 +355,7 @@ func rawCases() []rawCase {
 
 func TestRawServerEveryModeDirect(t *testing.T) {
 	RequireTool(t, "curl", "curl")
+	RequireTool(t, "wget", "wget")
 	lab := newLab(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -343,6 +379,10 @@ func TestRawServerEveryModeDirect(t *testing.T) {
 				if err != nil || sum != want || got != tc.q.N {
 					t.Fatalf("curl %s %s: %d bytes %s, want %d bytes %s (%v %s)", ver, url, got, sum, tc.q.N, want, err, stderr)
 				}
+			}
+			sum, got, stderr, err := wgetFetch(ctx, url)
+			if err != nil || sum != want || got != tc.q.N {
+				t.Fatalf("wget %s: %d bytes %s, want %d bytes %s (%v %s)", url, got, sum, tc.q.N, want, err, stderr)
 			}
 			var hints int
 			req := mustReq(t, ctx, "GET", url, nil)
