@@ -31,7 +31,9 @@ import (
 // test's own environment reaches it: only Proxy sets one.
 type Client struct {
 	// Dir holds everything the client writes: its configuration, caches,
-	// state and what it fetches. It is made if missing. It must be writable
+	// state and what it fetches, each client in its own subdirectory
+	// (apt, pip, npm, go, git), which every Fetch empties first so that
+	// nothing comes from an earlier fetch's cache. It is made if missing. It must be writable
 	// where the client runs; inside postern's wall that means under the run's
 	// working directory, and not under /tmp (the run's own there).
 	Dir string
@@ -200,6 +202,15 @@ func checkFile(path, want, output string) (*Fetched, error) {
 		return nil, fmt.Errorf("%w: %s has sha256 %s, the fixture serves %s", ErrMismatch, path, sum, want)
 	}
 	return &Fetched{File: path, SHA256: sum, Output: output}, nil
+}
+
+// freshDir empties the client's own directory c.Dir/sub and returns it:
+// a fetch never takes anything from an earlier fetch's cache or downloads.
+func (c Client) freshDir(sub string) (string, error) {
+	if c.Dir == "" {
+		return "", errors.New("Client.Dir is empty: give the directory the client may write in")
+	}
+	return fixtureDir(c.Dir, sub)
 }
 
 // fixtureDir makes root/sub empty and returns it.

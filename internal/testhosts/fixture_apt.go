@@ -134,7 +134,10 @@ func (r *AptRepo) Fetch(ctx context.Context, base string, c Client) (*Fetched, e
 	if _, err := lookTool("apt-get", "apt"); err != nil {
 		return nil, fmt.Errorf("apt fetch: %w", err)
 	}
-	d := filepath.Join(c.Dir, "apt")
+	d, err := c.freshDir("apt")
+	if err != nil {
+		return nil, fmt.Errorf("apt fetch: %w", err)
+	}
 	dirs := map[string]string{}
 	for _, sub := range []string{"etc/apt.conf.d", "etc/sources.list.d", "etc/preferences.d", "etc/trusted.gpg.d",
 		"state/lists/partial", "cache/archives/partial", "log", "download"} {

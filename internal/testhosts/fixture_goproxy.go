@@ -114,7 +114,10 @@ func (p *GoProxy) Fetch(ctx context.Context, base string, c Client) (*Fetched, e
 	if _, err := lookTool("go", "golang-go"); err != nil {
 		return nil, fmt.Errorf("go fetch: %w", err)
 	}
-	d := filepath.Join(c.Dir, "go")
+	d, err := c.freshDir("go")
+	if err != nil {
+		return nil, fmt.Errorf("go fetch: %w", err)
+	}
 	work := filepath.Join(d, "work")
 	if err := os.MkdirAll(work, 0o755); err != nil {
 		return nil, fmt.Errorf("go fetch: %w", err)

@@ -137,7 +137,10 @@ func (r *NpmRegistry) Fetch(ctx context.Context, base string, c Client) (*Fetche
 	if _, err := lookTool("npm", "npm"); err != nil {
 		return nil, fmt.Errorf("npm fetch: %w", err)
 	}
-	d := filepath.Join(c.Dir, "npm")
+	d, err := c.freshDir("npm")
+	if err != nil {
+		return nil, fmt.Errorf("npm fetch: %w", err)
+	}
 	project := filepath.Join(d, "project")
 	if err := os.MkdirAll(project, 0o755); err != nil {
 		return nil, fmt.Errorf("npm fetch: %w", err)

@@ -116,7 +116,11 @@ func (ix *PipIndex) Fetch(ctx context.Context, base string, c Client) (*Fetched,
 	if err != nil {
 		return nil, fmt.Errorf("pip fetch: %w", err)
 	}
-	dest := filepath.Join(c.Dir, "pip", "download")
+	d, err := c.freshDir("pip")
+	if err != nil {
+		return nil, fmt.Errorf("pip fetch: %w", err)
+	}
+	dest := filepath.Join(d, "download")
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return nil, fmt.Errorf("pip fetch: %w", err)
 	}

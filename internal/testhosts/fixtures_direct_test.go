@@ -181,9 +181,10 @@ func TestRealClientsFetchFixturesDirect(t *testing.T) {
 			}
 
 			// Through an explicit proxy: the same bytes, and the proxy saw the
-			// fixture's requests.
+			// fixture's requests. The same Dir as the direct fetch: that the
+			// proxy sees the artifact again shows no cache of it was reused.
 			before := len(proxy.seen())
-			got, err = ff.fetch(ctx, srv.URL, Client{Dir: clientDir(t, ff.name+"-proxy"), Proxy: proxy.URL})
+			got, err = ff.fetch(ctx, srv.URL, Client{Dir: dir, Proxy: proxy.URL})
 			if err != nil {
 				t.Fatalf("through proxy: %v", err)
 			}

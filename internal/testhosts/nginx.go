@@ -216,7 +216,7 @@ http {
 	server {
 		listen {{.Addr}}:{{.Port}};
 		server_name _;
-		root {{.Root}};
+		root "{{.Root}}";
 		index index.html;
 		gzip off;
 
@@ -224,7 +224,7 @@ http {
 		}
 
 		location /gz/ {
-			alias {{.Root}}/;
+			alias "{{.Root}}/";
 			gzip on;
 			gzip_types *;
 			gzip_min_length 0;
@@ -237,7 +237,7 @@ http {
 		location ~ ^/smart(/.*)$ {
 			fastcgi_pass unix:{{.Socket}};
 			fastcgi_param SCRIPT_FILENAME {{.Backend}};
-			fastcgi_param GIT_PROJECT_ROOT {{.GitRoot}};
+			fastcgi_param GIT_PROJECT_ROOT "{{.GitRoot}}";
 			fastcgi_param GIT_HTTP_EXPORT_ALL "";
 			fastcgi_param PATH_INFO $1;
 			fastcgi_param QUERY_STRING $query_string;
