@@ -89,7 +89,6 @@ func (h *Host) ServePython(ctx context.Context, root string, port int) (*Server,
 	if err := os.WriteFile(script, []byte(pythonServer), 0o644); err != nil {
 		return nil, fmt.Errorf("serve python on %s: %w", h.Name, err)
 	}
-	// -u: the request log reaches the log file as it is written.
 	env := append(baseEnv(), "PYTHONDONTWRITEBYTECODE=1")
 	for try := 0; ; try++ {
 		p := port
@@ -98,6 +97,7 @@ func (h *Host) ServePython(ctx context.Context, root string, port int) (*Server,
 				return nil, err
 			}
 		}
+		// -u: the request log reaches the log file as it is written.
 		proc, err := h.startProcess(dir, "python-"+strconv.Itoa(try), env, python, "-u", script, h.Addr.String(), strconv.Itoa(p), root)
 		if err != nil {
 			return nil, err
