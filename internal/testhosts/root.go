@@ -3,7 +3,9 @@ package testhosts
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"testing"
 	"time"
 )
@@ -43,4 +45,24 @@ func NewTestLab(t testing.TB, prefix string) *Lab {
 		}
 	})
 	return lab
+}
+
+// RequireTool skips t with "needs TOOL (apt-get install PKG)" when tool is not
+// on PATH. When POSTERN_REQUIRE_PRIVILEGED=1 it fails instead, as RequireRoot
+// does: where the tests must run, a missing client is a failure, not a skip.
+func RequireTool(t testing.TB, tool, pkg string) {
+	t.Helper()
+	if _, err := exec.LookPath(tool); err == nil {
+		return
+	}
+	skipOrFail(t, fmt.Sprintf("needs %s (apt-get install %s)", tool, pkg))
+}
+
+// skipOrFail skips t with msg, or fails it when POSTERN_REQUIRE_PRIVILEGED=1.
+func skipOrFail(t testing.TB, msg string) {
+	t.Helper()
+	if os.Getenv("POSTERN_REQUIRE_PRIVILEGED") == "1" {
+		t.Fatalf("%s; POSTERN_REQUIRE_PRIVILEGED=1 forbids skipping", msg)
+	}
+	t.Skip(msg)
 }
