@@ -38,42 +38,6 @@ import (
 	"github.com/postern-dev/postern/internal/testhosts"
 )
 
-func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == ExecArg {
-		err := ExecMain(os.Args[2:])
-		fmt.Fprintln(os.Stderr, "postern:", err)
-		if errors.Is(err, ErrCommandNotFound) {
-			os.Exit(127)
-		}
-		os.Exit(126)
-	}
-	self, err := os.Executable()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	Self = self
-	os.Exit(m.Run())
-}
-
-// standIn is a launcher that drops "-p PROFILE" and starts the command
-// unconfined, keeping the profile it was given in profileFile.
-func standIn(profileFile string) []string {
-	return []string{"/bin/sh", "-c", `printf '%s' "$2" > "$0"; shift 2; exec "$@"`, profileFile}
-}
-
-func raise(t *testing.T, spec Spec) (*Wall, string) {
-	t.Helper()
-	profileFile := filepath.Join(t.TempDir(), "profile.sb")
-	spec.Launcher = standIn(profileFile)
-	w, err := Raise(context.Background(), spec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.Close() })
-	return w, profileFile
-}
-
 func TestWallRunsTheCommand(t *testing.T) {
 	var out bytes.Buffer
 	pr, pw, err := os.Pipe()
