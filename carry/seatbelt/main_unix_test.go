@@ -48,4 +48,3 @@ func raise(t *testing.T, spec Spec) (*Wall, string) {
 	t.Cleanup(func() { w.Close() })
 	return w, profileFile
 }
-
