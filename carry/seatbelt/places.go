@@ -65,10 +65,14 @@ var guardedInGitDir = []string{"config", "config.worktree", "hooks", "commondir"
 // Other repositories under the home are guarded too: git obeys their
 // configuration and hooks outside the sandbox just as this one's. They are
 // searched for breadth first, bounded in depth, directories read and time.
+// The profile travels as an argument of sandbox-exec, within macOS's 1 MiB
+// for a command line; each repository adds about 2 KB, so at most
+// repoSearchRepos are guarded.
 const (
 	repoSearchDepth = 3
 	repoSearchDirs  = 2000
 	repoSearchTime  = 50 * time.Millisecond
+	repoSearchRepos = 100
 )
 
 // repoSearchSkip are directories that hold no repositories of the user's own
@@ -182,7 +186,7 @@ func homeGitDirs(home string) []string {
 	var out []string
 	deadline := time.Now().Add(repoSearchTime)
 	queue := []dir{{home, 0}}
-	for read := 0; len(queue) > 0 && read < repoSearchDirs && time.Now().Before(deadline); read++ {
+	for read := 0; len(queue) > 0 && read < repoSearchDirs && len(out) < repoSearchRepos && time.Now().Before(deadline); read++ {
 		d := queue[0]
 		queue = queue[1:]
 		ents, err := os.ReadDir(d.path)
