@@ -126,13 +126,13 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		return refuse(store, run, err)
 	}
 	run.Carry = string(c)
-	if !m.IsLocal() && c != carry.NetworkWall && c != carry.None {
+	if !m.IsLocal() && c != carry.NetworkWall && c != carry.ConnectDoor && c != carry.None {
 		return refuse(store, run, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
 			AtRunTime: fmt.Sprintf("carry %s is not available on remote machines yet", c),
 			Fix:       "run on a Linux machine, or with --egress-open \"<reason>\" to open the network deliberately"})
 	}
 	run.State = records.StateRunning
-	if c == carry.NetworkWall && m.IsLocal() {
+	if (c == carry.NetworkWall || c == carry.ConnectDoor) && m.IsLocal() {
 		// The running record is written while the wall goes up, and is durable
 		// before the command starts.
 		snapshot := *run
@@ -159,7 +159,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		} else {
 			code, err = runRemote(ctx, store, run, spec, rec, m)
 		}
-	case carry.NetworkWall:
+	case carry.NetworkWall, carry.ConnectDoor:
 		code, err = runRemote(ctx, store, run, spec, rec, m)
 	default:
 		err = &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec), AtRunTime: fmt.Sprintf("carry %s is not available on this machine's platform", c), Fix: "run on a Linux machine"}

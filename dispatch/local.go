@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
@@ -37,11 +38,16 @@ next:
 	return out
 }
 
-// runWalled runs a local walled run. recorded returns once the running record is
-// durable; the command does not start before.
+// runWalled runs a local walled run: behind the network wall, or for the
+// connect-door carry under the seatbelt. recorded returns once the running
+// record is durable; the command does not start before.
 func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy, pins map[string][]netip.Addr, recorded func() error) (int, error) {
 	evlog := store.NewEventLog(run.ID, spec.OnEvent)
-	code, runErr := RunWalled(ctx, Walled{
+	walled := RunWalled
+	if run.Carry == string(carry.ConnectDoor) {
+		walled = RunSeatbelt
+	}
+	code, runErr := walled(ctx, Walled{
 		Run: run.ID, Machine: run.Machine, Lane: run.Lane,
 		Command: spec.Command, Dir: spec.Dir, Env: spec.Env,
 		Policy: pol, Pins: pins, Resolver: spec.Resolver,

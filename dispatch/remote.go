@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -359,22 +360,28 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		dir, _ = os.UserHomeDir()
 	}
 	env := append(os.Environ(), req.Env...)
-	code, err := RunWalled(ctx, Walled{
+	walled, onStart := RunWalled, func() {
+		if pol.Mode == policy.Observe {
+			rio.OnStart("none in observe mode: tcp to every port goes to the door")
+			return
+		}
+		rio.OnStart(netwall.LandlockStatus(pol.Ports))
+	}
+	if runtime.GOOS == "darwin" {
+		// A Mac carries the run with the connect door (remote-macos).
+		walled, onStart = RunSeatbelt, func() { rio.OnStart("none: macOS, the run is under a seatbelt profile") }
+	}
+	code, err := walled(ctx, Walled{
 		Run: req.ID, Machine: req.Machine, Lane: req.Lane,
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,
 		OnGuarded: rio.Guarded, // told to the person at home, with the exit
 		Signals:   rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
-		OnStart: func() {
-			if pol.Mode == policy.Observe {
-				rio.OnStart("none in observe mode: tcp to every port goes to the door")
-				return
-			}
-			rio.OnStart(netwall.LandlockStatus(pol.Ports))
-		},
-		Landlock: true,
-		Logger:   logger,
+		OnStart:       onStart,
+		Landlock:      true,
+		NeverWritable: agentDir(),
+		Logger:        logger,
 	})
 	var ref *carry.Refusal
 	if errors.As(err, &ref) {

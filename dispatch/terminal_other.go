@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package dispatch
 
@@ -8,7 +8,7 @@ import (
 	"runtime"
 )
 
-// openTerminal: a walled run, the only user of a run terminal, is Linux only.
+// openTerminal: walled runs, the only users of a run terminal, are Linux and macOS ones.
 func openTerminal(keys, screen *os.File) (*terminal, error) {
 	return nil, fmt.Errorf("a terminal for a walled run is not available on %s", runtime.GOOS)
 }

@@ -57,6 +57,10 @@ type Walled struct {
 	// network rules: TCP connect only to the policy's ports and DNS.
 	Landlock bool
 
+	// NeverWritable are more of postern's own places the run may not write
+	// (the agent's directory); the connect-door carry guards them.
+	NeverWritable []string
+
 	Logger *slog.Logger
 	Warn   io.Writer // teardown problems meant for the person
 	// OnGuarded, when set, receives what warnGuarded told the person.

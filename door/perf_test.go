@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/netip"
 	"runtime"
 	"slices"
@@ -261,3 +262,43 @@ func BenchmarkConnectLatency(b *testing.B) {
 }
 
 var _ = fmt.Sprint
+
+// BenchmarkHTTPKeepAlive sends absolute-URI GETs on one kept connection
+// through the explicit proxy to an upstream answering 3 bytes, as the
+// keep-alive row of the benchmarks does with wrk.
+func BenchmarkHTTPKeepAlive(b *testing.B) {
+	h := newHarness(b, mustPolicy(b, testPolicy), func(c *Config) {
+		c.AddHosts = map[string][]netip.Addr{"a.test": {netip.MustParseAddr("11.0.0.5")}}
+	})
+	h.route("11.0.0.5", server(b, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nabc")
+		}
+	}))
+	c, err := net.Dial("tcp", h.proxy)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	br := bufio.NewReader(c)
+	req := []byte("GET http://a.test/ HTTP/1.1\r\nHost: a.test\r\n\r\n")
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if _, err := c.Write(req); err != nil {
+			b.Fatal(err)
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+}

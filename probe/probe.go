@@ -19,6 +19,9 @@ const (
 	// NetnsArg configures, inside new user and network namespaces, lo and
 	// default routes through it, and checks that addresses are routable.
 	NetnsArg = "__probe-netns"
+	// SeatbeltArg DOOR OTHER runs under the connect-door profile (macOS): it
+	// talks to the door's port, and tries a connection the profile denies.
+	SeatbeltArg = "__probe-seatbelt"
 )
 
 // Options name what is measured and by which postern.
@@ -46,6 +49,7 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 		OS:         runtime.GOOS,
 		Arch:       runtime.GOARCH,
 		Kernel:     kernelRelease(),
+		OSVersion:  osVersion(),
 		Version:    opts.Version,
 		User:       whoami(),
 		MeasuredAt: start.UTC(),

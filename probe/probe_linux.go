@@ -57,6 +57,9 @@ func kernelRelease() string {
 
 func currentUID() int { return os.Getuid() }
 
+// osVersion: the kernel release says what a Linux machine can do.
+func osVersion() string { return "" }
+
 // childReport is what a probe child prints on stdout.
 type childReport struct {
 	Detail string `json:"detail,omitempty"`

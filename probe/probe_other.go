@@ -1,4 +1,4 @@
-//go:build !linux
+//go:build !linux && !darwin
 
 package probe
 
@@ -25,6 +25,8 @@ func rungs() []rung {
 }
 
 func kernelRelease() string { return "" }
+
+func osVersion() string { return "" }
 
 func currentUID() int { return os.Getuid() }
 

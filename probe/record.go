@@ -35,6 +35,7 @@ type Record struct {
 	OS         string          `json:"os"`
 	Arch       string          `json:"arch"`
 	Kernel     string          `json:"kernel"`
+	OSVersion  string          `json:"os_version,omitempty"` // macOS: its product version, e.g. 15.1
 	Version    string          `json:"postern_version"`
 	User       string          `json:"user"` // who measured: rungs differ for root and others
 	MeasuredAt time.Time       `json:"measured_at"`

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/carry/seatbelt"
 	"github.com/postern-dev/postern/probe"
 )
 
@@ -48,6 +49,14 @@ func init() {
 			}
 			return &exitError{code: 126, err: err}
 		}),
+		hidden(seatbelt.ExecArg, func(cmd *cobra.Command, args []string) error {
+			err := seatbelt.ExecMain(args)
+			if errors.Is(err, seatbelt.ErrCommandNotFound) {
+				return &exitError{code: 127, err: err}
+			}
+			return &exitError{code: 126, err: err}
+		}),
+		hidden(probe.SeatbeltArg, probeChild(probe.SeatbeltArg)),
 		hidden(probe.ConnectArg, probeChild(probe.ConnectArg)),
 		hidden(probe.UsernsArg, probeChild(probe.UsernsArg)),
 		hidden(probe.NetnsArg, probeChild(probe.NetnsArg)),

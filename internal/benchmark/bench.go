@@ -139,6 +139,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// 10,000 tunnels hold 20,000 sockets here (client and upstream ends) and
 	// as many in the proxy: raise the limit, for us and the proxies we start.
 	rep := &Report{Config: cfg}
+	// squid, tinyproxy and wrk: installed here when we can, else their rows
+	// are named as not measured, and why.
+	var want []Tool
+	for _, t := range []Tool{ToolSquid, ToolTinyproxy} {
+		if !skipped(cfg.Skip, t.Program) {
+			want = append(want, t)
+		}
+	}
+	missing := EnsureTools(ctx, os.Stderr, append(want, ToolWrk))
+	for _, t := range append(want, ToolWrk) {
+		if why, ok := missing[t.Program]; ok {
+			rep.Notes = append(rep.Notes, t.Program+": "+why)
+			cfg.Skip = append(cfg.Skip, t.Program)
+		}
+	}
+	_, noWrk := missing[ToolWrk.Program]
 	limit, err := raiseFileLimit(1 << 17)
 	if err != nil {
 		return nil, err
@@ -246,9 +262,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			rep.Paths = append(rep.Paths, res)
 			continue
 		}
-		log.Info("keep-alive requests", "path", p.Name, "duration", cfg.RPSDuration, "conns", cfg.RPSConns)
-		if res.RPS, res.RPSErrors, err = keepAliveRPS(ctx, p, dir, cfg.RPSDuration, cfg.RPSConns); err != nil {
-			errs[i] = append(errs[i], err.Error())
+		if noWrk {
+			errs[i] = append(errs[i], "keep-alive requests "+missing[ToolWrk.Program])
+		} else {
+			log.Info("keep-alive requests", "path", p.Name, "duration", cfg.RPSDuration, "conns", cfg.RPSConns)
+			if res.RPS, res.RPSErrors, err = keepAliveRPS(ctx, p, dir, cfg.RPSDuration, cfg.RPSConns); err != nil {
+				errs[i] = append(errs[i], err.Error())
+			}
 		}
 		if !p.direct() {
 			log.Info("idle tunnels", "path", p.Name, "tunnels", cfg.IdleTunnels)

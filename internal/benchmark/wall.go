@@ -186,11 +186,27 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 		return nil, fmt.Errorf("postern machine probe-confinement local: %w\n%s", err, out)
 	}
 
+	// bubblewrap, and what sandbox-runtime needs on Linux: installed here
+	// when we can, else their rows are named as not measured, and why.
+	tools := []Tool{ToolBwrap}
+	if !cfg.NoSRT {
+		tools = append(tools, ToolRipgrep, ToolSocat)
+		if cfg.SRT == "" {
+			tools = append(tools, ToolNpm)
+		}
+	}
+	missing := EnsureTools(ctx, os.Stderr, tools)
 	srt := cfg.SRT
 	var srtErr string
+	for _, t := range tools[1:] {
+		if why, ok := missing[t.Program]; ok && srtErr == "" {
+			srtErr = why
+		}
+	}
 	switch {
 	case cfg.NoSRT:
 		srtErr = "left out (-no-srt)"
+	case srtErr != "":
 	case srt == "":
 		log.Info("installing sandbox-runtime", "package", SRTPackage, "into", cfg.SRTCache)
 		if srt, err = installSRT(ctx, cfg.SRTCache); err != nil {
@@ -209,7 +225,7 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 
 	cmds := []startCmd{
 		{name: startBare, argv: []string{"true"}},
-		{name: startBwrap, argv: []string{"bwrap", "--unshare-net", "--ro-bind", "/", "/", "true"}},
+		{name: startBwrap, argv: []string{"bwrap", "--unshare-net", "--ro-bind", "/", "/", "true"}, skip: missing[ToolBwrap.Program]},
 		{name: startPostern, argv: []string{bin, "run", "--", "true"}, show: "postern run -- true", env: env},
 		{name: startSRT, argv: []string{srt, "-s", srtSettings, "-c", "true"}, show: "srt -c true", skip: srtErr},
 	}

@@ -1,13 +1,11 @@
 package testhosts
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"testing"
-	"time"
 )
 
 // ErrNeedsRoot means the caller is not root, and test hosts need root.
@@ -25,26 +23,6 @@ func RequireRoot(t testing.TB) {
 		t.Fatalf("needs root (POSTERN_REQUIRE_PRIVILEGED=1 forbids skipping): run the tests as root")
 	}
 	t.Skip("needs root")
-}
-
-// NewTestLab is NewLab for a test: it needs root (see RequireRoot), fails the
-// test if the lab cannot be made, and closes the lab when the test ends,
-// failing the test if anything it made could not be removed.
-func NewTestLab(t testing.TB, prefix string) *Lab {
-	t.Helper()
-	RequireRoot(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	lab, err := NewLab(ctx, prefix)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := lab.Close(); err != nil {
-			t.Errorf("close test lab %s: %v", prefix, err)
-		}
-	})
-	return lab
 }
 
 // RequireTool skips t with "needs TOOL (apt-get install PKG)" when tool is not

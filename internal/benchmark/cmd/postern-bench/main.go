@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command postern-bench measures the door against direct connections, squid
 // and tinyproxy on test hosts and prints markdown tables of ratios. It needs
 // root, wrk, squid and tinyproxy, and sends nothing beyond loopback and the

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Command postern-wallbench measures the wall: the start-up cost of
 // `postern run -- true` beside bare `true`, bubblewrap and Anthropic's
 // sandbox-runtime (srt), and bulk throughput and connection setup through the
