@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/http/httpguts"
@@ -200,10 +201,12 @@ type httpSession struct {
 	out *countWriter // under bw: bytes written to the client
 	bw  *bufio.Writer
 	pin *pin
-	// tr carries this connection's requests upstream; made at the first,
-	// and its connections closed when the session ends, so an upstream
-	// connection lives no longer than the client's that used it.
-	tr *http.Transport
+	// kept carries this connection's requests without a body upstream, tr
+	// those with one; each is made at the first such request, and closed
+	// when the session ends, so an upstream connection lives no longer than
+	// the client's that used it.
+	kept *keptConn
+	tr   *http.Transport
 	// Bytes relayed after protocol switches on a pinned connection, which
 	// do not pass through cr and bw.
 	upgradedUp, upgradedDown int64
@@ -236,6 +239,7 @@ func (s *httpSession) counts() (up, down int64) {
 // CONNECT request for the caller to tunnel (explicit proxy only), else nil.
 func (s *httpSession) serve() *http.Request {
 	defer func() {
+		s.dropKept()
 		if s.tr != nil {
 			s.tr.CloseIdleConnections()
 		}
@@ -445,7 +449,200 @@ type forwarded struct {
 // forward sends req, judged as j, to the host as authority, and writes the
 // response back. gotConn, if set, is called with the upstream address once a
 // connection is had, before any byte of the request goes out.
+//
+// A request with no body goes out on the session's kept upstream connection,
+// written by net/http's Request.Write and answered through
+// http.ReadResponse, in this goroutine: most requests are such, and for them
+// the Transport's two goroutines per connection and the hand-offs between
+// them cost a third of the door's keep-alive throughput (docs/BENCHMARKS.md).
+// A request with a body goes through the Transport, which writes the body
+// while it reads the response (a server may answer before the body ends) and
+// waits for 100 Continue when asked to.
 func (s *httpSession) forward(req *http.Request, facts headFacts, j Judgement, authority string, pre *forwardCtx, gotConn func(netip.Addr)) forwarded {
+	out, upgrade := outgoing(req, j, authority)
+	if req.ContentLength == 0 {
+		return s.forwardKept(req, out, upgrade, facts, j, pre, gotConn)
+	}
+	return s.forwardTransport(req, out, upgrade, facts, j, pre, gotConn)
+}
+
+// outgoing is the request the door sends for req: to the judged address,
+// naming authority as its Host, without hop-by-hop headers. upgrade is the
+// protocol the client asked to switch to, if any the door allows.
+func outgoing(req *http.Request, j Judgement, authority string) (*http.Request, string) {
+	trailers := httpguts.HeaderValuesContainsToken(req.Header["Te"], "trailers")
+	out := new(http.Request)
+	*out = *req
+	out.URL = upstreamURL(req, netip.AddrPortFrom(j.Addrs[0], j.Port))
+	out.Host = authority
+	out.RequestURI = ""
+	out.Close = false
+	upgrade := removeHopHeaders(out.Header)
+	if strings.EqualFold(upgrade, "h2c") {
+		upgrade = "" // HTTP/2 would carry requests for any authority: stay on HTTP/1.1
+	}
+	if upgrade != "" {
+		out.Header.Set("Connection", "Upgrade")
+		out.Header.Set("Upgrade", upgrade)
+	}
+	if trailers {
+		out.Header.Set("Te", "trailers")
+	}
+	if _, ok := out.Header["User-Agent"]; !ok {
+		out.Header["User-Agent"] = []string{""} // send none, as the client sent none
+	}
+	return out, upgrade
+}
+
+// keptConn is the session's own upstream connection for requests without a
+// body.
+type keptConn struct {
+	c    net.Conn
+	addr netip.AddrPort
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	// used: it has carried a whole exchange, so the server may have closed
+	// it while it waited for the next.
+	used bool
+}
+
+// keptFor returns the kept connection if it leads to an address j checked,
+// else a new one: the connection made beforehand for a pinned session, or a
+// dial of j's addresses.
+func (s *httpSession) keptFor(j Judgement, pre *forwardCtx) (*keptConn, error) {
+	if kc := s.kept; kc != nil {
+		if kc.addr.Port() == j.Port && slices.Contains(j.Addrs, kc.addr.Addr()) {
+			return kc, nil
+		}
+		s.dropKept()
+	}
+	var (
+		c    net.Conn
+		addr netip.Addr
+	)
+	if pre != nil {
+		c = pre.take(j.Addrs[0])
+		addr = j.Addrs[0]
+	}
+	if c == nil {
+		var err error
+		c, addr, err = s.d.dialJudged(s.d.hardCtx(), j)
+		if err != nil {
+			return nil, err
+		}
+	}
+	s.d.track(c)
+	kc := &keptConn{c: c, addr: netip.AddrPortFrom(addr, j.Port), br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriterSize(c, 4<<10)}
+	s.kept = kc
+	return kc, nil
+}
+
+// dropKept closes the kept connection.
+func (s *httpSession) dropKept() {
+	if s.kept != nil {
+		s.d.untrack(s.kept.c)
+		s.kept = nil
+	}
+}
+
+// replayable says whether a request may be sent again on a new connection
+// after the kept one turned out closed, as net/http's Transport does: no
+// body, and a safe method or an idempotency key.
+func replayable(req *http.Request) bool {
+	switch req.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return req.Header.Get("Idempotency-Key") != "" || req.Header.Get("X-Idempotency-Key") != ""
+}
+
+// closedWhileIdle says whether err is what a kept connection the server
+// closed while idle gives: an end before any byte of a response, or a reset.
+func closedWhileIdle(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+func (s *httpSession) forwardKept(req, out *http.Request, upgrade string, facts headFacts, j Judgement, pre *forwardCtx, gotConn func(netip.Addr)) forwarded {
+	var res forwarded
+	client10 := !req.ProtoAtLeast(1, 1)
+	target := targetString(j.Host, j.Port)
+	for attempt := 0; ; attempt++ {
+		kc, err := s.keptFor(j, pre)
+		if err != nil {
+			res.addr = j.Addrs[0]
+			res.reason = "dial failed: " + err.Error()
+			s.status(502, "Bad Gateway", fmt.Sprintf("postern door admitted %s but could not connect: %v\n", target, err), true)
+			return res
+		}
+		res.addr = kc.addr.Addr()
+		if gotConn != nil {
+			gotConn(res.addr)
+		}
+		reused := kc.used
+		err = out.Write(kc.bw)
+		if err == nil {
+			err = kc.bw.Flush()
+		}
+		var (
+			resp    *http.Response
+			interim bool
+		)
+		if err == nil {
+			// A kept connection the server closed while idle gives an end
+			// before any byte of a response.
+			_, err = kc.br.Peek(1)
+		}
+		for err == nil {
+			resp, err = http.ReadResponse(kc.br, out)
+			if err != nil || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+				break
+			}
+			interim = true
+			if !client10 {
+				s.bw.WriteString("HTTP/1.1 ")
+				s.bw.WriteString(resp.Status)
+				s.bw.WriteString("\r\n")
+				resp.Header.Write(s.bw)
+				s.bw.WriteString("\r\n")
+				if ferr := s.bw.Flush(); ferr != nil {
+					s.dropKept()
+					res.reason = "client went away"
+					return res
+				}
+			}
+		}
+		if err != nil {
+			s.dropKept()
+			if reused && attempt == 0 && !interim && replayable(req) && closedWhileIdle(err) {
+				continue
+			}
+			res.reason = "bad upstream response"
+			s.status(502, "Bad Gateway", fmt.Sprintf("postern door: upstream %s gave no valid response: %v\n", target, err), true)
+			return res
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			kc := s.kept
+			s.kept = nil
+			defer s.d.untrack(kc.c)
+			upc := struct {
+				io.Reader
+				io.Writer
+				io.Closer
+			}{kc.br, kc.c, kc.c}
+			return s.switchProtocols(resp, upc, kc.c, upgrade, res)
+		}
+		keep, reason := s.writeResponse(req, resp, facts)
+		if !keep || resp.Close {
+			s.dropKept()
+		} else {
+			kc.used = true
+		}
+		res.keep, res.reason = keep, reason
+		return res
+	}
+}
+
+func (s *httpSession) forwardTransport(req, out *http.Request, upgrade string, facts headFacts, j Judgement, pre *forwardCtx, gotConn func(netip.Addr)) forwarded {
 	fc := pre
 	if fc == nil {
 		fc = &forwardCtx{}
@@ -484,41 +681,12 @@ func (s *httpSession) forward(req *http.Request, facts headFacts, j Judgement, a
 			return s.bw.Flush()
 		},
 	}
-	out := req.WithContext(httptrace.WithClientTrace(ctx, trace))
-	out.URL = upstreamURL(req, netip.AddrPortFrom(j.Addrs[0], j.Port))
-	out.Host = authority
-	out.RequestURI = ""
-	out.Close = false
-	out.Header = req.Header
-	upgrade := removeHopHeaders(out.Header)
-	if strings.EqualFold(upgrade, "h2c") {
-		upgrade = "" // HTTP/2 would carry requests for any authority: stay on HTTP/1.1
-	}
-	if upgrade != "" {
-		out.Header.Set("Connection", "Upgrade")
-		out.Header.Set("Upgrade", upgrade)
-	}
-	if httpguts.HeaderValuesContainsToken(req.Header["Te"], "trailers") {
-		out.Header.Set("Te", "trailers")
-	}
-	if _, ok := out.Header["User-Agent"]; !ok {
-		out.Header["User-Agent"] = []string{""} // send none, as the client sent none
-	}
-	var body *clientBody
-	if req.ContentLength == 0 {
-		out.Body = nil
-	} else {
-		body = &clientBody{r: req.Body}
-		out.Body = body
-	}
+	out = out.WithContext(httptrace.WithClientTrace(ctx, trace))
+	body := &clientBody{r: req.Body}
+	out.Body = body
 	// After the exchange, a body the Transport did not read to its end is
 	// abandoned: no read of the client's connection may outlive this call.
-	bodyDone := func() bool {
-		if body == nil {
-			return true
-		}
-		return body.abandon(s.c)
-	}
+	bodyDone := func() bool { return body.abandon(s.c) }
 
 	if s.tr == nil {
 		s.tr = s.d.newTransport()
@@ -541,7 +709,20 @@ func (s *httpSession) forward(req *http.Request, facts headFacts, j Judgement, a
 		return res
 	}
 	if resp.StatusCode == http.StatusSwitchingProtocols {
-		return s.switchProtocols(req, resp, upgrade, res, bodyDone)
+		upc, ok := resp.Body.(io.ReadWriteCloser)
+		if !ok {
+			resp.Body.Close()
+			bodyDone()
+			res.reason = "bad upstream response"
+			s.status(502, "Bad Gateway", "postern door: upstream switched protocols on a connection it cannot hand over\n", true)
+			return res
+		}
+		defer upc.Close()
+		if !bodyDone() {
+			res.reason = "request body unfinished at a protocol switch"
+			return res
+		}
+		return s.switchProtocols(resp, upc, upc, upgrade, res)
 	}
 	keep, reason := s.writeResponse(req, resp, facts)
 	resp.Body.Close()
@@ -702,21 +883,18 @@ func headerValue(v string) string {
 	return strings.NewReplacer("\r\n", " ", "\r", " ", "\n", " ").Replace(strings.TrimSpace(v))
 }
 
-// switchProtocols completes a 101 upgrade the client asked for and relays
-// raw bytes both ways until either side ends.
-func (s *httpSession) switchProtocols(req *http.Request, resp *http.Response, asked string, res forwarded, bodyDone func() bool) forwarded {
+// switchProtocols completes a 101 upgrade the client asked for (asked) and
+// relays raw bytes both ways until either side ends. upc reads and writes the
+// upstream connection (what the server sent after its 101 comes first); half
+// is what can be half-closed of it.
+func (s *httpSession) switchProtocols(resp *http.Response, upc io.ReadWriter, half any, asked string, res forwarded) forwarded {
 	res.keep = false
-	upc, ok := resp.Body.(io.ReadWriteCloser)
 	to := removeHopHeaders(resp.Header)
-	if !ok || asked == "" || !strings.EqualFold(to, asked) {
-		resp.Body.Close()
-		bodyDone()
+	if asked == "" || !strings.EqualFold(to, asked) {
 		res.reason = "bad upstream response"
 		s.status(502, "Bad Gateway", fmt.Sprintf("postern door: upstream switched protocols to %q when %q was asked for\n", to, asked), true)
 		return res
 	}
-	defer upc.Close()
-	bodyDone()
 	resp.Header.Set("Connection", "Upgrade")
 	resp.Header.Set("Upgrade", to)
 	bw := s.bw
@@ -748,10 +926,10 @@ func (s *httpSession) switchProtocols(req *http.Request, resp *http.Response, as
 	}()
 	n, _ := io.Copy(upc, s.c)
 	res.upgradedUp += n
-	if cw, ok := upc.(interface{ CloseWrite() error }); ok {
+	if cw, ok := half.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
-	} else {
-		upc.Close()
+	} else if c, ok := half.(io.Closer); ok {
+		c.Close()
 	}
 	res.upgradedDown += <-downc
 	res.reason = "upgraded connection closed"
