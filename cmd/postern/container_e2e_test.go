@@ -44,7 +44,7 @@ var (
 // ctrBusybox is Debian's busybox-static; ctrApplets are linked in the image.
 const ctrBusybox = "/bin/busybox"
 
-var ctrApplets = []string{"sh", "cat", "echo", "sleep", "true", "false", "nc", "wget", "tftp", "nslookup", "ip", "ls", "id", "trap", "kill"}
+var ctrApplets = []string{"sh", "cat", "echo", "sleep", "true", "false", "nc", "wget", "tftp", "nslookup", "ip", "ls", "id", "trap", "kill", "sha256sum", "rm"}
 
 // ctrSetup builds the static binary and the image and measures local once.
 func ctrSetup(t *testing.T) {

@@ -131,9 +131,18 @@ func (c Client) run(ctx context.Context, dir string, extra []string, argv ...str
 		return "", "", fmt.Errorf("client environment: %w", err)
 	}
 	full := append(append([]string(nil), c.Prefix...), argv...)
+	runDir := dir
+	if len(c.Prefix) > 0 {
+		// A program that confines what it runs to its working directory
+		// (postern's wall keeps only that of the host's temporary
+		// directories) runs in Dir, which holds the client's whole
+		// configuration; the client itself then starts in dir.
+		full = append(append(append([]string(nil), c.Prefix...), "sh", "-c", `cd "$0" && exec "$@"`, dir), argv...)
+		runDir = c.Dir
+	}
 	cmd := exec.CommandContext(ctx, full[0], full[1:]...)
 	cmd.Env = env
-	cmd.Dir = dir
+	cmd.Dir = runDir
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,9 @@ type NginxOptions struct {
 	// smart HTTP at NginxSmartGitPath. The same repositories can be served
 	// over dumb HTTP as static files if they are under Root too.
 	GitRoot string
+	// Addr is the address it listens on, one the host holds; the zero value
+	// is the host's own address (Host.Addr), another is one of its links'.
+	Addr netip.Addr
 }
 
 // ServeNginx runs Debian's nginx inside the host's namespace, serving
@@ -113,7 +117,11 @@ func (h *Host) ServeNginx(ctx context.Context, opts NginxOptions) (*Server, erro
 				return nil, err
 			}
 		}
-		conf.Addr = h.Addr.String()
+		listen := h.Addr
+		if opts.Addr.IsValid() {
+			listen = opts.Addr
+		}
+		conf.Addr = listen.String()
 		confPath := filepath.Join(dir, "nginx.conf")
 		var b strings.Builder
 		if err := nginxTemplate.Execute(&b, conf); err != nil {
@@ -131,8 +139,8 @@ func (h *Host) ServeNginx(ctx context.Context, opts NginxOptions) (*Server, erro
 			stopAll()
 			return nil, err
 		}
-		addr := addrPortFrom(h.Addr, conf.Port)
-		err = waitAccepting(ctx, p, addr)
+		addr := addrPortFrom(listen, conf.Port)
+		err = h.waitAccepting(ctx, p, addr)
 		if err == nil {
 			procs = append(procs, p)
 			s := &Server{Addr: addr, URL: "http://" + addr.String() + "/", stop: stopAll}

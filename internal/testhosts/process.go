@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -192,10 +191,10 @@ func (p *process) logTail() string {
 
 // waitAccepting dials addr from the root namespace until it accepts, the
 // process ends, or ctx is done.
-func waitAccepting(ctx context.Context, p *process, addr netip.AddrPort) error {
-	var d net.Dialer
+func (h *Host) waitAccepting(ctx context.Context, p *process, addr netip.AddrPort) error {
 	for {
-		c, err := d.DialContext(ctx, "tcp", addr.String())
+		// From inside the host: a link's address is reachable only there.
+		c, err := h.Dial(ctx, addr.String())
 		if err == nil {
 			c.Close()
 			return nil

@@ -5,6 +5,7 @@ package testhosts
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -73,6 +74,12 @@ if __name__ == "__main__":
 // runs until Close (or the host's), which stops it with SIGTERM, then SIGKILL,
 // and waits for it.
 func (h *Host) ServePython(ctx context.Context, root string, port int) (*Server, error) {
+	return h.ServePythonAt(ctx, h.Addr, root, port)
+}
+
+// ServePythonAt is ServePython listening on addr, an address the host holds
+// (its own, or one of its links').
+func (h *Host) ServePythonAt(ctx context.Context, addr netip.Addr, root string, port int) (*Server, error) {
 	python, err := lookTool("python3", "python3")
 	if err != nil {
 		return nil, fmt.Errorf("serve python on %s: %w", h.Name, err)
@@ -98,14 +105,14 @@ func (h *Host) ServePython(ctx context.Context, root string, port int) (*Server,
 			}
 		}
 		// -u: the request log reaches the log file as it is written.
-		proc, err := h.startProcess(dir, "python-"+strconv.Itoa(try), env, python, "-u", script, h.Addr.String(), strconv.Itoa(p), root)
+		proc, err := h.startProcess(dir, "python-"+strconv.Itoa(try), env, python, "-u", script, addr.String(), strconv.Itoa(p), root)
 		if err != nil {
 			return nil, err
 		}
-		addr := addrPortFrom(h.Addr, p)
-		err = waitAccepting(ctx, proc, addr)
+		at := addrPortFrom(addr, p)
+		err = h.waitAccepting(ctx, proc, at)
 		if err == nil {
-			s := &Server{Addr: addr, URL: "http://" + addr.String() + "/", stop: func() error { return proc.stop(5 * time.Second) }}
+			s := &Server{Addr: at, URL: "http://" + at.String() + "/", stop: func() error { return proc.stop(5 * time.Second) }}
 			if err := h.own(s); err != nil {
 				return nil, err
 			}

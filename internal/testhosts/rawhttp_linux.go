@@ -2,6 +2,8 @@
 
 package testhosts
 
+import "net/netip"
+
 // RawServer is a hostile HTTP/1.x server (see ServeRawHTTP) that remembers
 // the requests it saw.
 type RawServer struct {
@@ -31,8 +33,14 @@ func (s *RawServer) Requests() []RawRequest { return s.h.requests() }
 // X-Frame (the framing used). Other paths get 404 with a body saying what is
 // served.
 func (h *Host) ServeRawHTTP(port int, opts RawOptions) (*RawServer, error) {
+	return h.ServeRawHTTPAt(h.Addr, port, opts)
+}
+
+// ServeRawHTTPAt is ServeRawHTTP on addr, an address the host holds (its own,
+// or one of its links').
+func (h *Host) ServeRawHTTPAt(addr netip.Addr, port int, opts RawOptions) (*RawServer, error) {
 	rh := newRawHandler(opts)
-	s, err := h.serveStream(port, rh.serveConn)
+	s, err := h.serveStreamAt(addr, port, rh.serveConn)
 	if err != nil {
 		return nil, err
 	}

@@ -202,9 +202,19 @@ func FetchBulk(rw io.ReadWriter, n int64) (int64, error) {
 // serveStream accepts connections and runs fn on each; Close closes the
 // listener and every open connection, then waits for every fn to return.
 func (h *Host) serveStream(port int, fn func(net.Conn)) (*Server, error) {
-	ln, err := h.Listen(context.Background(), port)
+	return h.serveStreamAt(h.Addr, port, fn)
+}
+
+// serveStreamAt is serveStream on addr, an address the host holds.
+func (h *Host) serveStreamAt(addr netip.Addr, port int, fn func(net.Conn)) (*Server, error) {
+	var ln net.Listener
+	err := h.inNS(func() error {
+		var err error
+		ln, err = (&net.ListenConfig{}).Listen(context.Background(), "tcp", netip.AddrPortFrom(addr, uint16(port)).String())
+		return err
+	})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listen on %s at %s port %d: %w", h.Name, addr, port, err)
 	}
 	var (
 		mu     sync.Mutex
