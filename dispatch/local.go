@@ -40,7 +40,7 @@ next:
 // runWalled runs a local walled run. recorded returns once the running record is
 // durable; the command does not start before.
 func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy, pins map[string][]netip.Addr, recorded func() error) (int, error) {
-	evlog := store.NewEventLog(run.ID, spec.OnEvent)
+	evlog := newEventLog(store, run, spec)
 	code, runErr := RunWalled(ctx, Walled{
 		Run: run.ID, Machine: run.Machine, Lane: run.Lane,
 		Command: spec.Command, Dir: spec.Dir, Env: spec.Env,
@@ -51,10 +51,7 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 		Logger:      spec.Logger, Warn: spec.Warn,
 		OnGuarded: func(g []string) { run.Guarded = g },
 	})
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
-	defer cancel()
-	logErr := evlog.Close(tctx)
-	run.Allowed, run.Denied, run.WouldDeny = evlog.Counts()
+	logErr := closeEventLog(ctx, evlog, run)
 	if runErr != nil {
 		return code, runErr
 	}
