@@ -15,7 +15,9 @@ func TestRepeatsHoldBackWithinASecond(t *testing.T) {
 	aaaa := a
 	aaaa.what = "AAAA"
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	ev := func(conn uint64) Event { return Event{Event: "decision", Kind: "dns", Host: "a.test", Decision: "deny", Conn: conn} }
+	ev := func(conn uint64) Event {
+		return Event{Event: "decision", Kind: "dns", Host: "a.test", Decision: "deny", Conn: conn}
+	}
 
 	if out := r.admit(a, ev(1), at(0)); len(out) != 1 || out[0].Repeats != 0 || out[0].Conn != 1 {
 		t.Fatalf("first: %+v", out)
@@ -59,7 +61,9 @@ func TestRepeatsHoldBackWithinASecond(t *testing.T) {
 func TestRepeatsBounded(t *testing.T) {
 	r := newRepeats()
 	t0 := time.Unix(1000, 0)
-	k := func(i int) repeatKey { return repeatKey{kind: "dns", host: fmt.Sprintf("n%d.test", i), decision: "deny"} }
+	k := func(i int) repeatKey {
+		return repeatKey{kind: "dns", host: fmt.Sprintf("n%d.test", i), decision: "deny"}
+	}
 	r.admit(k(0), Event{Conn: 1}, t0)
 	r.admit(k(0), Event{Conn: 2}, t0) // held
 	var summaries int

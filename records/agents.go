@@ -42,6 +42,28 @@ func (s *Store) Agent(machine, hash string) (*agent.FileState, error) {
 	return &st, nil
 }
 
+// Agents returns what is recorded of every agent installed on a machine.
+func (s *Store) Agents(machine string) ([]agent.FileState, error) {
+	var out []agent.FileState
+	err := s.view(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, bucketAgents)
+		if err != nil {
+			return err
+		}
+		prefix := []byte(machine + "\x00")
+		c := b.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			var st agent.FileState
+			if err := s.decode(bucketAgents, machine+"/"+string(k[len(prefix):]), v, &st); err != nil {
+				return err
+			}
+			out = append(out, st)
+		}
+		return nil
+	})
+	return out, err
+}
+
 // deleteAgents forgets every agent recorded for a machine.
 func (s *Store) deleteAgents(tx *bolt.Tx, machine string) error {
 	b, err := s.bucket(tx, bucketAgents)

@@ -174,4 +174,3 @@ func waitStored(t *testing.T, l *EventLog, n int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
-

@@ -11,9 +11,12 @@ import (
 // maxHolders bounds how many holders an error names.
 const maxHolders = 4
 
-// holders names the other processes that have path open, from /proc: a lock
-// stays held while any of them keeps its descriptor (a child that inherited
-// one keeps it after the process that locked has ended).
+// holders names the other processes that hold a lock on path, from /proc: a
+// lock stays held while any process keeps the descriptor it was taken on (a
+// child that inherited one keeps it after the process that locked has ended),
+// and such a descriptor's fdinfo lists the lock. Processes that merely have
+// the file open (others waiting their turn) are named only when no holder can
+// be seen.
 func holders(path string) []string {
 	target, err := os.Stat(path)
 	if err != nil {
@@ -21,10 +24,11 @@ func holders(path string) []string {
 	}
 	fds, _ := filepath.Glob("/proc/[0-9]*/fd/*")
 	self := os.Getpid()
-	var out []string
+	var locking, opening []string
 	seen := map[int]bool{}
 	for _, fd := range fds {
-		pid, err := strconv.Atoi(strings.Split(fd, "/")[2])
+		parts := strings.Split(fd, "/")
+		pid, err := strconv.Atoi(parts[2])
 		if err != nil || pid == self || seen[pid] {
 			continue
 		}
@@ -32,12 +36,21 @@ func holders(path string) []string {
 		if err != nil || !os.SameFile(st, target) {
 			continue
 		}
-		seen[pid] = true
 		name, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-		out = append(out, fmt.Sprintf("pid %d (%s)", pid, strings.TrimSpace(string(name))))
-		if len(out) == maxHolders {
+		who := fmt.Sprintf("pid %d (%s)", pid, strings.TrimSpace(string(name)))
+		info, _ := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, parts[4]))
+		if strings.Contains(string(info), "\nlock:") {
+			seen[pid] = true
+			locking = append(locking, who)
+		} else if len(opening) < maxHolders {
+			opening = append(opening, who)
+		}
+		if len(locking) == maxHolders {
 			break
 		}
 	}
-	return out
+	if len(locking) > 0 {
+		return locking
+	}
+	return opening
 }
