@@ -140,15 +140,12 @@ func runInContainer(ctx context.Context, store *records.Store, run *records.Run,
 		return superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
 	}
 
-	evlog := store.NewEventLog(run.ID, spec.OnEvent)
+	evlog := newEventLog(store, run, spec)
 	cfg := door.Config{Policy: pol, Resolver: spec.Resolver, AddHosts: pins, Emit: evlog.Emit, Run: run.ID, Logger: spec.Logger}
 	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 		return superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
 	})
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
-	defer cancel()
-	logErr := evlog.Close(tctx)
-	run.Allowed, run.Denied, run.WouldDeny = evlog.Counts()
+	logErr := closeEventLog(ctx, evlog, run)
 	if runErr != nil {
 		return code, runErr
 	}

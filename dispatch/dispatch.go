@@ -78,6 +78,12 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	if spec.Warn == nil {
 		spec.Warn = io.Discard
 	}
+	if spec.Remote.Agents == nil {
+		spec.Remote.Agents = store
+	}
+	if spec.Remote.Warn == nil {
+		spec.Remote.Warn = spec.Warn
+	}
 	pol, err := loadPolicy(spec.PolicyPath)
 	if err != nil {
 		return nil, &PolicyError{err}
@@ -211,10 +217,29 @@ func finish(ctx context.Context, store *records.Store, run *records.Run, code in
 		}
 	}
 	if perr := store.PutRun(run); perr != nil {
-		return run, errors.Join(err, perr)
+		return run, errors.Join(err, &RecordError{Run: run, Err: perr})
 	}
 	return run, err
 }
+
+// RecordError is a run that ended but whose final record could not be
+// written, even with the room the records keep in reserve for it: the records
+// still say it is running, and will show it lost.
+type RecordError struct {
+	Run *records.Run
+	Err error
+}
+
+func (e *RecordError) Error() string {
+	how := "with no exit status"
+	if e.Run.ExitCode != nil {
+		how = fmt.Sprintf("with exit status %d", *e.Run.ExitCode)
+	}
+	return fmt.Sprintf("run %s ended %s (%d allowed, %d denied) but its record could not be written: %v; the records will show it lost",
+		e.Run.ID, how, e.Run.Allowed, e.Run.Denied, e.Err)
+}
+
+func (e *RecordError) Unwrap() error { return e.Err }
 
 func loadPolicy(path string) (*policy.Policy, error) {
 	if path == "" {

@@ -42,7 +42,7 @@ next:
 // connect-door carry under the seatbelt. recorded returns once the running
 // record is durable; the command does not start before.
 func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy, pins map[string][]netip.Addr, recorded func() error) (int, error) {
-	evlog := store.NewEventLog(run.ID, spec.OnEvent)
+	evlog := newEventLog(store, run, spec)
 	walled := RunWalled
 	if run.Carry == string(carry.ConnectDoor) {
 		walled = RunSeatbelt
@@ -57,10 +57,7 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 		Logger:      spec.Logger, Warn: spec.Warn,
 		OnGuarded: func(g []string) { run.Guarded = g },
 	})
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
-	defer cancel()
-	logErr := evlog.Close(tctx)
-	run.Allowed, run.Denied, run.WouldDeny = evlog.Counts()
+	logErr := closeEventLog(ctx, evlog, run)
 	if runErr != nil {
 		return code, runErr
 	}

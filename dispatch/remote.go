@@ -36,6 +36,11 @@ type Remote struct {
 	SSH machine.SSHOptions
 	// Progress, if set, is where agent uploads report their progress (a terminal).
 	Progress io.Writer
+	// Agents, if set, keeps what was measured over sftp of each agent
+	// installed on a machine, to check the file against before each use.
+	Agents *records.Store
+	// Warn is told when an agent's file was not what was installed.
+	Warn io.Writer
 }
 
 // connectAgent connects to m over ssh and starts its agent for goos/goarch,
@@ -61,7 +66,32 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 	if r.Progress != nil {
 		in.Progress = uploadProgress(r.Progress, m.Name)
 	}
-	c, p, err := agent.Dial(ctx, sshTransport{sc}, in)
+	warn := r.Warn
+	if warn == nil {
+		warn = io.Discard
+	}
+	if r.Agents != nil {
+		known, err := r.Agents.Agent(m.Name, hash)
+		switch {
+		case err == nil:
+			in.Known = known
+		case !errors.Is(err, records.ErrNotFound):
+			sc.Close()
+			return nil, nil, nil, err
+		}
+		in.Record = func(st agent.FileState) {
+			if err := r.Agents.PutAgent(m.Name, st); err != nil {
+				fmt.Fprintf(warn, "postern: agent on %s: what was measured of its file is not recorded (it will be read back next time): %v\n", m.Name, err)
+			}
+		}
+	}
+	// The path and what differed come from the remote: shown as printable text.
+	in.Warn = func(what string) {
+		fmt.Fprintf(warn, "postern: agent on %s: %s; reinstalled\n", m.Name, termtext.Printable(what))
+	}
+	t := newSSHTransport(sc)
+	c, p, err := agent.Dial(ctx, t, in)
+	t.Close() // the sftp session; the agent's own session goes on
 	if err != nil {
 		sc.Close()
 		return nil, nil, nil, fmt.Errorf("machine %s: %w", m.Name, err)
@@ -140,7 +170,7 @@ func remotePlatform(ctx context.Context, m machine.Machine, r Remote) (goos, goa
 	if err != nil {
 		return "", "", fmt.Errorf("machine %s: %w", m.Name, err)
 	}
-	out, err := sshTransport{sc}.Output(ctx, "uname -s -m")
+	out, err := newSSHTransport(sc).Output(ctx, "uname -s -m")
 	sc.Close()
 	if err != nil {
 		return "", "", fmt.Errorf("machine %s: ask its OS and architecture: %w", m.Name, err)
@@ -242,7 +272,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 		req.Rows, req.Cols, _ = tty.size()
 		cio.Winsize = tty.size
 	}
-	evlog := store.NewEventLog(run.ID, spec.OnEvent)
+	evlog := newEventLog(store, run, spec)
 	cio.OnEvent = evlog.Emit
 	cio.OnStart = func(st agent.Started) {
 		run.Landlock = termtext.Printable(st.Landlock)
@@ -260,10 +290,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	if runErr == nil {
 		awaitAgent(p)
 	}
-	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
-	defer cancel()
-	logErr := evlog.Close(tctx)
-	run.Allowed, run.Denied, run.WouldDeny = evlog.Counts()
+	logErr := closeEventLog(ctx, evlog, run)
 	if runErr != nil {
 		if errors.Is(runErr, agent.ErrLost) {
 			return 0, fmt.Errorf("%w: %s on machine %q: the connection to its agent dropped (%v); the agent there kills the run and tears its wall down by itself within 5s; the record: 'postern runs show %s'", ErrRunLost, run.ID, m.Name, runErr, run.ID)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
@@ -16,12 +17,100 @@ import (
 )
 
 // sshTransport carries the agent's installation and streams over one ssh
-// connection.
-type sshTransport struct{ c *machine.SSHClient }
+// connection. Its sftp session is opened on first use and shared; Close ends
+// it.
+type sshTransport struct {
+	c *machine.SSHClient
 
-var _ agent.Transport = sshTransport{}
+	mu sync.Mutex
+	sc *sftp.Client
+}
 
-func (t sshTransport) Copy(ctx context.Context, local, remote string, progress func(done, total int64)) error {
+var _ agent.Transport = (*sshTransport)(nil)
+
+func newSSHTransport(c *machine.SSHClient) *sshTransport { return &sshTransport{c: c} }
+
+// sftp returns the connection's sftp session, starting it if needed. A
+// cancelled ctx ends it (and the next call starts another).
+func (t *sshTransport) sftp(ctx context.Context) (*sftp.Client, func() bool, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sc == nil {
+		sc, err := sftp.NewClient(t.c.Client, sftp.UseConcurrentWrites(true))
+		if err != nil {
+			return nil, nil, fmt.Errorf("start sftp (the remote sshd needs an sftp subsystem): %w", err)
+		}
+		t.sc = sc
+	}
+	sc := t.sc
+	stop := context.AfterFunc(ctx, func() { t.drop(sc) })
+	return sc, stop, nil
+}
+
+func (t *sshTransport) drop(sc *sftp.Client) {
+	t.mu.Lock()
+	if t.sc == sc {
+		t.sc = nil
+	}
+	t.mu.Unlock()
+	sc.Close()
+}
+
+// Close ends the sftp session, if one was started; the ssh connection stays.
+func (t *sshTransport) Close() error {
+	t.mu.Lock()
+	sc := t.sc
+	t.sc = nil
+	t.mu.Unlock()
+	if sc != nil {
+		return sc.Close()
+	}
+	return nil
+}
+
+func (t *sshTransport) Stat(ctx context.Context, remote string) (agent.FileState, error) {
+	sc, stop, err := t.sftp(ctx)
+	if err != nil {
+		return agent.FileState{}, err
+	}
+	defer stop()
+	fi, err := sc.Lstat(remote)
+	if err != nil {
+		return agent.FileState{}, fmt.Errorf("stat %s: %w", remote, err)
+	}
+	st := agent.FileState{Size: fi.Size(), Mode: uint32(fi.Mode()), Mtime: fi.ModTime().Unix()}
+	if fs, ok := fi.Sys().(*sftp.FileStat); ok {
+		st.UID, st.GID = fs.UID, fs.GID
+	}
+	return st, nil
+}
+
+func (t *sshTransport) Open(ctx context.Context, remote string) (agent.RemoteFile, error) {
+	sc, stop, err := t.sftp(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f, err := sc.Open(remote)
+	if err != nil {
+		stop()
+		return nil, fmt.Errorf("open %s: %w", remote, err)
+	}
+	return &sftpFile{File: f, stop: stop}, nil
+}
+
+// sftpFile is a remote file open for reading; closing it also stops watching
+// the context it was opened with.
+type sftpFile struct {
+	*sftp.File
+	stop func() bool
+}
+
+func (f *sftpFile) Close() error {
+	f.stop()
+	return f.File.Close()
+}
+
+func (t *sshTransport) Copy(ctx context.Context, local, remote string, progress func(done, total int64)) error {
 	src, err := os.Open(local)
 	if err != nil {
 		return fmt.Errorf("open agent %s: %w", local, err)
@@ -31,12 +120,10 @@ func (t sshTransport) Copy(ctx context.Context, local, remote string, progress f
 	if err != nil {
 		return err
 	}
-	sc, err := sftp.NewClient(t.c.Client, sftp.UseConcurrentWrites(true))
+	sc, stop, err := t.sftp(ctx)
 	if err != nil {
-		return fmt.Errorf("start sftp (the remote sshd needs an sftp subsystem): %w", err)
+		return err
 	}
-	defer sc.Close()
-	stop := context.AfterFunc(ctx, func() { sc.Close() })
 	defer stop()
 	dst, err := sc.OpenFile(remote, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|os.O_EXCL)
 	if err != nil {
@@ -72,7 +159,7 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-func (t sshTransport) Output(ctx context.Context, command string) ([]byte, error) {
+func (t *sshTransport) Output(ctx context.Context, command string) ([]byte, error) {
 	s, err := t.c.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("open ssh session: %w", err)
@@ -100,7 +187,7 @@ func commandError(command string, err error, stderr string) error {
 	return fmt.Errorf("remote command %q: %w", command, err)
 }
 
-func (t sshTransport) Start(ctx context.Context, command string) (agent.Process, error) {
+func (t *sshTransport) Start(ctx context.Context, command string) (agent.Process, error) {
 	s, err := t.c.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("open ssh session: %w", err)

@@ -19,16 +19,16 @@ func Reconcile(store *records.Store, r *records.Run) (*records.Run, error) {
 	return r, store.PutRun(r)
 }
 
-// Runs lists every run, oldest first, with lost runs marked.
+// Runs lists every run, oldest first, with lost runs marked. A lost run
+// whose mark cannot be written (the records read-only or full) is listed as
+// lost all the same, and marked by a later listing.
 func Runs(store *records.Store) ([]*records.Run, error) {
 	runs, err := store.Runs()
 	if err != nil {
 		return nil, err
 	}
 	for i, r := range runs {
-		if runs[i], err = Reconcile(store, r); err != nil {
-			return nil, err
-		}
+		runs[i], _ = Reconcile(store, r)
 	}
 	return runs, nil
 }

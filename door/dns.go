@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/miekg/dns"
 
@@ -186,15 +187,25 @@ func (d *Door) dnsReply(r *dns.Msg, client net.Addr) *dns.Msg {
 				m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: a.AsSlice()})
 			}
 		}
-		d.emit(d.decisionEvent(d.connID.Add(1), "dns", client, j))
+		d.emitLookup(q.Qtype, d.decisionEvent(d.connID.Add(1), "dns", client, j))
 	} else if dec.Verdict != policy.Allow {
 		// Any lookup of a denied name is recorded: it is itself a way out.
-		d.emit(d.decisionEvent(d.connID.Add(1), "dns", client, Judgement{Host: h, Decision: dec}))
+		d.emitLookup(q.Qtype, d.decisionEvent(d.connID.Add(1), "dns", client, Judgement{Host: h, Decision: dec}))
 	}
 	if dec.Verdict != policy.Allow {
 		m.Rcode = dns.RcodeNameError
 	}
 	return m
+}
+
+// emitLookup records the decision on one lookup, at most once a second for
+// the same name, query type and decision: a loop of lookups is a handful of
+// events carrying the count, not one event per packet.
+func (d *Door) emitLookup(qtype uint16, ev Event) {
+	k := repeatKey{kind: ev.Kind, host: ev.Host, what: dns.TypeToString[qtype], decision: ev.Decision, wouldDeny: ev.WouldDeny}
+	for _, e := range d.repeats.admit(k, ev, time.Now()) {
+		d.emit(e)
+	}
 }
 
 // admitName decides whether the DNS side hands out a fake address for name:

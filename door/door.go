@@ -33,6 +33,9 @@ type Door struct {
 	pol    atomic.Pointer[policy.Policy]
 	connID atomic.Uint64
 	fakes  *fakeIPs
+	// repeats holds back decisions made again within a second (lookups,
+	// the wall's refusals), so that a flood is recorded as a count.
+	repeats *repeats
 
 	// Seams, replaced in tests. lookup resolves a canonical name that is not
 	// pinned; dial connects to exactly the address it is given; origDst reads
@@ -83,10 +86,11 @@ func New(cfg Config) (*Door, error) {
 	}
 	cfg.AddHosts = pins
 	d := &Door{
-		cfg:   cfg,
-		log:   log,
-		fakes: newFakeIPs(),
-		conns: make(map[net.Conn]struct{}),
+		cfg:     cfg,
+		log:     log,
+		fakes:   newFakeIPs(),
+		repeats: newRepeats(),
+		conns:   make(map[net.Conn]struct{}),
 	}
 	d.pol.Store(cfg.Policy)
 	if cfg.Resolver != "" {
@@ -224,6 +228,11 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 	defer cancel()
 	dnsStop(drainCtx)
 	serveWG.Wait()
+	// Lookups and refusals held back as repeats are recorded before the
+	// door says it has stopped.
+	for _, ev := range d.repeats.flush() {
+		d.emit(ev)
+	}
 
 	drained := make(chan struct{})
 	go func() { connWG.Wait(); close(drained) }()
@@ -336,7 +345,9 @@ func selfAddrs(ls Listeners) []netip.Addr {
 
 // emit records one event: to cfg.Emit, and a decision as one log line.
 func (d *Door) emit(ev Event) {
-	ev.Time = time.Now().UTC()
+	if ev.Time.IsZero() {
+		ev.Time = time.Now().UTC()
+	}
 	ev.Run = d.cfg.Run
 	if ev.Mode == "" {
 		ev.Mode = d.policy().Mode.String()

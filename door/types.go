@@ -36,6 +36,12 @@ type Event struct {
 	BytesUp    int64  `json:"bytes_up,omitempty"`
 	BytesDown  int64  `json:"bytes_down,omitempty"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
+	// Repeats counts the decisions like this one (same kind, host, query
+	// type or port, and decision) that the door made in the quiet second
+	// before it and did not record one by one: the event stands for
+	// Repeats+1 decisions. Lookups inside the wall and the wall's own
+	// refusals are recorded at most once a second each.
+	Repeats int `json:"repeats,omitempty"`
 }
 
 // Config is what a Door needs. Policy is required.

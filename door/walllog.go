@@ -127,19 +127,12 @@ func parsePacket(family byte, p []byte) (refusal, bool) {
 	return r, true
 }
 
-// wallRepeatQuiet is how long the same refusal (protocol, address, port) is
-// recorded only once: a client retrying, or a stream of datagrams, is one
-// event per second rather than one per packet.
-const wallRepeatQuiet = time.Second
+// The same refusal (protocol, address, port) is recorded at most once a
+// second, with the count of the others (see repeats).
 
 // serveWallLog records the wall's refusals until f is closed.
 func (d *Door) serveWallLog(f *os.File) {
 	buf := make([]byte, 64<<10)
-	type wallKey struct {
-		proto, host string
-		port        uint16
-	}
-	seen := map[wallKey]time.Time{}
 	for {
 		n, err := f.Read(buf)
 		if errors.Is(err, syscall.ENOBUFS) {
@@ -161,17 +154,12 @@ func (d *Door) serveWallLog(f *os.File) {
 		now := time.Now()
 		for _, r := range rs {
 			ev := d.wallEvent(r)
-			// A name's addresses (a client trying each family) are one refusal.
-			key := wallKey{r.proto, ev.Host, r.port}
-			if last, ok := seen[key]; ok && now.Sub(last) < wallRepeatQuiet {
-				continue
-			}
-			if len(seen) >= 4096 {
-				clear(seen)
-			}
-			seen[key] = now
 			ev.Conn = d.connID.Add(1)
-			d.emit(ev)
+			// A name's addresses (a client trying each family) are one refusal.
+			key := repeatKey{kind: ev.Kind, host: ev.Host, what: r.proto, port: r.port, decision: ev.Decision}
+			for _, e := range d.repeats.admit(key, ev, now) {
+				d.emit(e)
+			}
 		}
 	}
 }

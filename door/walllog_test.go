@@ -138,6 +138,11 @@ func TestServeWallLogRecordsOnceAndStops(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("the reader went on after the log was closed")
 	}
+	// The two held back are recorded when the door stops, as one event.
+	held := d.repeats.flush()
+	if len(held) != 1 || held[0].Port != 8080 || held[0].Repeats != 1 {
+		t.Fatalf("held back at the stop: %+v, want one 8080 refusal standing for two", held)
+	}
 }
 
 func FuzzWallLog(f *testing.F) {

@@ -50,6 +50,13 @@ type Run struct {
 	// is seen as lost.
 	Pid      int    `json:"pid,omitempty"`
 	PidStart uint64 `json:"pid_start,omitempty"`
+	// EventsDropped counts events that were counted in Allowed and Denied but
+	// not stored, because the run made more than its event rate allows.
+	EventsDropped int `json:"events_dropped,omitempty"`
+	// EventsLost counts events that could not be stored (the records file
+	// full or failing); EventsError is the first failure.
+	EventsLost  int    `json:"events_lost,omitempty"`
+	EventsError string `json:"events_error,omitempty"`
 }
 
 // Ended reports whether the run has reached a final state.
@@ -57,13 +64,13 @@ func (r *Run) Ended() bool { return r.State != StateRunning }
 
 // PutMachine adds or replaces a machine.
 func (s *Store) PutMachine(m machine.Machine) error {
-	return s.update(func(tx *bolt.Tx) error { return putJSON(tx, bucketMachines, m.Name, m) })
+	return s.update(func(tx *bolt.Tx) error { return s.putJSON(tx, bucketMachines, m.Name, m) })
 }
 
 // Machine returns the named machine; local always exists.
 func (s *Store) Machine(name string) (machine.Machine, error) {
 	var m machine.Machine
-	err := s.view(func(tx *bolt.Tx) error { return getJSON(tx, bucketMachines, name, &m) })
+	err := s.view(func(tx *bolt.Tx) error { return s.getJSON(tx, bucketMachines, name, &m) })
 	if errors.Is(err, ErrNotFound) && name == machine.Local {
 		return machine.LocalMachine(), nil
 	}
@@ -75,9 +82,13 @@ func (s *Store) Machines() ([]machine.Machine, error) {
 	out := []machine.Machine{}
 	haveLocal := false
 	err := s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketMachines).ForEach(func(k, v []byte) error {
+		b, err := s.bucket(tx, bucketMachines)
+		if err != nil {
+			return err
+		}
+		return b.ForEach(func(k, v []byte) error {
 			var m machine.Machine
-			if err := getJSON(tx, bucketMachines, string(k), &m); err != nil {
+			if err := s.decode(bucketMachines, string(k), v, &m); err != nil {
 				return err
 			}
 			haveLocal = haveLocal || m.Name == machine.Local
@@ -103,45 +114,67 @@ func (s *Store) Machines() ([]machine.Machine, error) {
 // RemoveMachine deletes a machine and its probe record.
 func (s *Store) RemoveMachine(name string) error {
 	return s.update(func(tx *bolt.Tx) error {
-		if tx.Bucket(bucketMachines).Get([]byte(name)) == nil {
-			return fmt.Errorf("machine %q: %w", name, ErrNotFound)
-		}
-		if err := tx.Bucket(bucketMachines).Delete([]byte(name)); err != nil {
+		machines, err := s.bucket(tx, bucketMachines)
+		if err != nil {
 			return err
 		}
-		return tx.Bucket(bucketProbes).Delete([]byte(name))
+		probes, err := s.bucket(tx, bucketProbes)
+		if err != nil {
+			return err
+		}
+		if machines.Get([]byte(name)) == nil {
+			return fmt.Errorf("machine %q: %w", name, ErrNotFound)
+		}
+		if err := machines.Delete([]byte(name)); err != nil {
+			return err
+		}
+		if err := probes.Delete([]byte(name)); err != nil {
+			return err
+		}
+		return s.deleteAgents(tx, name)
 	})
 }
 
 // PutRecord stores what probing measured. It is the only way a record is written.
 func (s *Store) PutRecord(rec *probe.Record) error {
-	return s.update(func(tx *bolt.Tx) error { return putJSON(tx, bucketProbes, rec.Name, rec) })
+	return s.update(func(tx *bolt.Tx) error { return s.putJSON(tx, bucketProbes, rec.Name, rec) })
 }
 
 // Record returns the last measured record of a machine, or ErrNotFound if it was
 // never measured.
 func (s *Store) Record(name string) (*probe.Record, error) {
 	var rec probe.Record
-	if err := s.view(func(tx *bolt.Tx) error { return getJSON(tx, bucketProbes, name, &rec) }); err != nil {
+	if err := s.view(func(tx *bolt.Tx) error { return s.getJSON(tx, bucketProbes, name, &rec) }); err != nil {
 		return nil, err
 	}
 	return &rec, nil
 }
 
-// PutRun creates or replaces a run record, durably.
+// PutRun creates or replaces a run record, durably. When the records'
+// filesystem is full, the room kept in reserve for this is given back and the
+// write tried once more: a run's record outlasts its events.
 func (s *Store) PutRun(r *Run) error {
-	return s.update(func(tx *bolt.Tx) error { return putJSON(tx, bucketRuns, r.ID, r) })
+	put := func(tx *bolt.Tx) error { return s.putJSON(tx, bucketRuns, r.ID, r) }
+	err := s.update(put)
+	if err != nil && isNoSpace(err) && s.releaseReserve() {
+		err = s.update(put)
+	}
+	return err
 }
 
 // Run returns one run. A unique prefix of its id is enough.
 func (s *Store) Run(id string) (*Run, error) {
 	var found *Run
 	err := s.view(func(tx *bolt.Tx) error {
-		c := tx.Bucket(bucketRuns).Cursor()
+		b, err := s.bucket(tx, bucketRuns)
+		if err != nil {
+			return err
+		}
+		c := b.Cursor()
 		n := 0
-		for k, _ := c.Seek([]byte(id)); k != nil && len(k) >= len(id) && string(k[:len(id)]) == id; k, _ = c.Next() {
+		for k, v := c.Seek([]byte(id)); k != nil && len(k) >= len(id) && string(k[:len(id)]) == id; k, v = c.Next() {
 			var r Run
-			if err := getJSON(tx, bucketRuns, string(k), &r); err != nil {
+			if err := s.decode(bucketRuns, string(k), v, &r); err != nil {
 				return err
 			}
 			found = &r
@@ -169,9 +202,13 @@ func (s *Store) Run(id string) (*Run, error) {
 func (s *Store) Runs() ([]*Run, error) {
 	out := []*Run{}
 	err := s.view(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketRuns).ForEach(func(k, _ []byte) error {
+		b, err := s.bucket(tx, bucketRuns)
+		if err != nil {
+			return err
+		}
+		return b.ForEach(func(k, v []byte) error {
 			var r Run
-			if err := getJSON(tx, bucketRuns, string(k), &r); err != nil {
+			if err := s.decode(bucketRuns, string(k), v, &r); err != nil {
 				return err
 			}
 			out = append(out, &r)

@@ -105,7 +105,7 @@ func TestRunsByPrefix(t *testing.T) {
 
 func TestEventLogBatchesAndCounts(t *testing.T) {
 	s := openTemp(t)
-	l := s.NewEventLog("r1", nil)
+	l := s.NewEventLog("r1", EventLogOptions{})
 	const n = 1500
 	for i := range n {
 		d := "allow"
@@ -118,9 +118,8 @@ func TestEventLogBatchesAndCounts(t *testing.T) {
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	a, d, _ := l.Counts()
-	if a != 1000 || d != 500 {
-		t.Fatalf("counts = %d allowed, %d denied", a, d)
+	if tl := l.Tally(); tl.Allowed != 1000 || tl.Denied != 500 || tl.Stored != n+1 || tl.Dropped != 0 || tl.Lost != 0 {
+		t.Fatalf("tally = %+v", tl)
 	}
 	evs, next, err := s.Events("r1", 0)
 	if err != nil || len(evs) != n+1 {
@@ -165,11 +164,12 @@ func TestReaderInAnotherProcessDoesNotStallWriter(t *testing.T) {
 	deadline := time.Now().Add(1500 * time.Millisecond)
 	for i := 0; time.Now().Before(deadline); i++ {
 		start := time.Now()
-		release, err := s.turn(unix.LOCK_EX)
+		release, err := s.turn(unix.LOCK_EX, lockTimeout)
 		if err != nil {
 			t.Fatal(err)
 		}
-		db, err := s.open(false)
+		var f *os.File
+		db, err := s.openDB(false, lockTimeout, &f)
 		if err != nil {
 			t.Fatal(err)
 		}

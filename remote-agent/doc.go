@@ -9,8 +9,12 @@
 //
 // The controller installs the agent by content hash under
 // ~/.cache/postern/agents/<hash>/ (or a configured directory): upload to a
-// temporary name, then an atomic rename. An installed agent is reused when it
-// answers the handshake with the expected version and hash.
+// temporary name, then an atomic rename, then the file's attributes are
+// measured over sftp and recorded. Before each use the controller looks at the
+// file over sftp again (running nothing of it) and compares; a file that
+// differs is read back and hashed, and one that is not the agent is installed
+// again, with a warning (see FileState). The agent must then also answer the
+// handshake with the expected version and hash.
 //
 // On the wire, each side first writes Magic and a hello frame, so that anything a
 // remote shell prints before the agent starts fails the handshake cleanly. Then

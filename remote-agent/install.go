@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -24,6 +25,14 @@ type Transport interface {
 	// Start runs a shell command with its stdin and stdout connected. Closing
 	// the Process ends the command.
 	Start(ctx context.Context, command string) (Process, error)
+	// Stat describes the remote file at an absolute path, without following
+	// a final symbolic link and without running anything on the remote (over
+	// sftp); Path, Dir and Hash are left empty. A missing file is
+	// fs.ErrNotExist.
+	Stat(ctx context.Context, remote string) (FileState, error)
+	// Open opens the remote file at an absolute path for reading, without
+	// running anything on the remote (over sftp).
+	Open(ctx context.Context, remote string) (RemoteFile, error)
 }
 
 // Process is a started remote command.
@@ -65,6 +74,21 @@ type Install struct {
 	Version string
 	// Progress, if set, sees the upload's progress.
 	Progress func(done, total int64)
+	// Known is what was recorded of this agent's file on the machine when it
+	// was installed or last read back; nil if nothing was.
+	Known *FileState
+	// Record, if set, is given the file's state each time it is installed or
+	// read back and found to be the agent, to be Known next time.
+	Record func(FileState)
+	// Warn, if set, is told when the file at the agent's path was not the
+	// agent (it is installed again): the path and what differed.
+	Warn func(what string)
+}
+
+func (in Install) record(st FileState) {
+	if in.Record != nil {
+		in.Record(st)
+	}
 }
 
 // FileHash is the sha256 of a file, hex.
@@ -100,13 +124,20 @@ func (in Install) dir() string {
 // Path is where the agent lives on the remote (with "~/" for the home).
 func (in Install) Path() string { return in.dir() + "/postern" }
 
-// serveCommand starts the installed agent.
-func (in Install) serveCommand() string { return "exec " + shellQuote(in.Path()) + " __agent serve" }
+// serveCommand starts the agent at an absolute path, the one that was checked.
+func serveCommand(path string) string { return "exec " + shellQuote(path) + " __agent serve" }
 
-// Dial starts the agent on the remote and completes the handshake. An agent that
-// is missing, damaged or of another version is installed and started again.
+// Dial starts the agent on the remote and completes the handshake. First it
+// checks, over sftp and without running it, that the file at the agent's path
+// is the agent postern built (see FileState): one that is missing, changed or
+// not the agent is installed again. An agent that then fails to start or
+// answers with another hash or version is installed and started again too.
 func Dial(ctx context.Context, t Transport, in Install) (*Client, Process, error) {
-	c, p, err := start(ctx, t, in)
+	st, err := ensure(ctx, t, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, p, err := start(ctx, t, in, st.Path)
 	if err == nil {
 		return c, p, nil
 	}
@@ -114,12 +145,12 @@ func Dial(ctx context.Context, t Transport, in Install) (*Client, Process, error
 		return nil, nil, err
 	}
 	first := err
-	if err := install(ctx, t, in); err != nil {
+	if st, err = reinstall(ctx, t, in, &st); err != nil {
 		return nil, nil, err
 	}
-	c, p, err = start(ctx, t, in)
+	c, p, err = start(ctx, t, in, st.Path)
 	if err != nil {
-		return nil, nil, explainStart(in, first, err)
+		return nil, nil, explainStart(st.Path, first, err)
 	}
 	return c, p, nil
 }
@@ -149,8 +180,8 @@ func firstLine(s string) string {
 	return line
 }
 
-func start(ctx context.Context, t Transport, in Install) (*Client, Process, error) {
-	p, err := t.Start(ctx, in.serveCommand())
+func start(ctx context.Context, t Transport, in Install, path string) (*Client, Process, error) {
+	p, err := t.Start(ctx, serveCommand(path))
 	if err != nil {
 		return nil, nil, fmt.Errorf("start the agent: %w", err)
 	}
@@ -158,9 +189,9 @@ func start(ctx context.Context, t Transport, in Install) (*Client, Process, erro
 	if herr == nil {
 		switch {
 		case c.Hello.Error != "":
-			herr = &startError{err: fmt.Errorf("the agent at %s cannot serve: %s", in.Path(), c.Hello.Error), code: -1, hash: true}
+			herr = &startError{err: fmt.Errorf("the agent at %s cannot serve: %s", path, c.Hello.Error), code: -1, hash: true}
 		case c.Hello.Hash != in.Hash:
-			herr = &startError{err: fmt.Errorf("the agent at %s has hash %.12s, want %.12s: its file is damaged", in.Path(), c.Hello.Hash, in.Hash), code: -1, hash: true}
+			herr = &startError{err: fmt.Errorf("the agent at %s has hash %.12s, want %.12s: its file is damaged", path, c.Hello.Hash, in.Hash), code: -1, hash: true}
 		default:
 			return c, p, nil
 		}
@@ -199,7 +230,7 @@ func installable(err error) bool {
 
 // explainStart turns a start that failed even after installing into a message
 // with the fix.
-func explainStart(in Install, before, after error) error {
+func explainStart(path string, before, after error) error {
 	var se *startError
 	if !errors.As(after, &se) {
 		return after
@@ -207,40 +238,57 @@ func explainStart(in Install, before, after error) error {
 	switch {
 	case se.code == 126:
 		return fmt.Errorf("%w: %s was installed but cannot be executed (%s): the directory is probably on a filesystem mounted noexec; fix: set agent_dir to a directory on a filesystem that allows executables (postern machine add NAME --ssh DEST --agent-dir DIR, or agent_dir in the inventory)",
-			ErrNoexec, in.Path(), firstLine(strings.TrimSpace(se.stderr)))
+			ErrNoexec, path, firstLine(strings.TrimSpace(se.stderr)))
 	case se.hash:
-		return fmt.Errorf("the agent was installed again at %s but still answers wrongly: %w", in.Path(), after)
+		return fmt.Errorf("the agent was installed again at %s but still answers wrongly: %w", path, after)
 	case errors.Is(se.err, ErrNotAgent):
 		return fmt.Errorf("the remote did not start the agent cleanly: %w; if the remote's shell startup files (~/.bashrc, ~/.profile) print anything for non-interactive shells, make them quiet", after)
 	}
 	return fmt.Errorf("start the agent after installing it: %w (before installing: %v)", after, before)
 }
 
-// install uploads the agent to a temporary name in its directory and renames it
-// into place, so a half-written agent is never run.
-func install(ctx context.Context, t Transport, in Install) error {
+// agentDir is the agent's directory on the remote as prepare found it.
+type agentDir struct {
+	abs      string // absolute, symbolic links resolved
+	availKiB int64  // room left there; -1 if unknown
+}
+
+// prepare makes the agent's directory, resolves it, and says how much room it
+// has, in one round trip.
+func prepare(ctx context.Context, t Transport, in Install) (agentDir, error) {
 	dir := in.dir()
-	// One round trip: make the directory, resolve it, and say how much room it has.
 	cmd := "umask 077 && mkdir -p " + shellQuote(dir) + " && cd " + shellQuote(dir) + " && pwd -P && df -Pk . | tail -n 1"
 	out, err := t.Output(ctx, cmd)
 	if err != nil {
-		return fmt.Errorf("prepare the agent directory %s on the remote: %w; fix: make it writable, or set agent_dir", dir, err)
+		return agentDir{}, fmt.Errorf("prepare the agent directory %s on the remote: %w; fix: make it writable, or set agent_dir", dir, err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 	if len(lines) < 1 || !strings.HasPrefix(lines[0], "/") {
-		return fmt.Errorf("prepare the agent directory %s on the remote: unexpected answer %q", dir, out)
+		return agentDir{}, fmt.Errorf("prepare the agent directory %s on the remote: unexpected answer %q", dir, out)
 	}
-	abs := lines[0]
-	size, err := fileSize(in.Binary)
-	if err != nil {
-		return err
-	}
+	d := agentDir{abs: lines[0], availKiB: -1}
 	if len(lines) >= 2 {
 		if f := strings.Fields(lines[len(lines)-1]); len(f) >= 4 {
-			if avail, err := strconv.ParseInt(f[3], 10, 64); err == nil && avail*1024 < size+(1<<20) {
-				return fmt.Errorf("%w: %s has %d KiB free and the agent needs %d KiB; fix: free space there, or set agent_dir to a directory with room", ErrNoSpace, abs, avail, size/1024+1)
+			if avail, err := strconv.ParseInt(f[3], 10, 64); err == nil {
+				d.availKiB = avail
 			}
 		}
+	}
+	return d, nil
+}
+
+// installIn uploads the agent to a temporary name in its directory and renames
+// it into place, so a half-written agent is never run, then measures the file
+// over sftp. old is what was at the path before, if known: something that is
+// not a file (a directory the agent would be moved into) is removed first.
+func installIn(ctx context.Context, t Transport, in Install, dir agentDir, old *FileState) (FileState, error) {
+	abs := dir.abs
+	size, err := fileSize(in.Binary)
+	if err != nil {
+		return FileState{}, err
+	}
+	if dir.availKiB >= 0 && dir.availKiB*1024 < size+(1<<20) {
+		return FileState{}, fmt.Errorf("%w: %s has %d KiB free and the agent needs %d KiB; fix: free space there, or set agent_dir to a directory with room", ErrNoSpace, abs, dir.availKiB, size/1024+1)
 	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
@@ -248,14 +296,29 @@ func install(ctx context.Context, t Transport, in Install) error {
 	if err := t.Copy(ctx, in.Binary, tmp, in.Progress); err != nil {
 		_, _ = t.Output(context.WithoutCancel(ctx), "rm -f "+shellQuote(tmp))
 		if strings.Contains(strings.ToLower(err.Error()), "space") {
-			return fmt.Errorf("%w: upload to %s: %v; fix: free space there, or set agent_dir", ErrNoSpace, abs, err)
+			return FileState{}, fmt.Errorf("%w: upload to %s: %v; fix: free space there, or set agent_dir", ErrNoSpace, abs, err)
 		}
-		return fmt.Errorf("upload the agent to %s: %w", tmp, err)
+		return FileState{}, fmt.Errorf("upload the agent to %s: %w", tmp, err)
 	}
 	final := abs + "/postern"
+	if old != nil && !old.regular() {
+		if _, err := t.Output(ctx, "rm -rf "+shellQuote(final)); err != nil {
+			_, _ = t.Output(context.WithoutCancel(ctx), "rm -f "+shellQuote(tmp))
+			return FileState{}, fmt.Errorf("remove what is at the agent's path %s: %w", final, err)
+		}
+	}
 	if _, err := t.Output(ctx, "mv -f "+shellQuote(tmp)+" "+shellQuote(final)); err != nil {
 		_, _ = t.Output(context.WithoutCancel(ctx), "rm -f "+shellQuote(tmp))
-		return fmt.Errorf("move the agent into place at %s: %w", final, err)
+		return FileState{}, fmt.Errorf("move the agent into place at %s: %w", final, err)
 	}
-	return nil
+	st, err := t.Stat(ctx, final)
+	if err != nil {
+		return FileState{}, fmt.Errorf("check the agent installed at %s over sftp: %w", final, err)
+	}
+	st.Dir, st.Path, st.Hash, st.MeasuredAt = in.Dir, final, in.Hash, time.Now().UTC()
+	if st.Size != size || !st.regular() {
+		return FileState{}, fmt.Errorf("the agent installed at %s is %d bytes (%s), want %d: the remote changed it as it was put in place", final, st.Size, os.FileMode(st.Mode), size)
+	}
+	in.record(st)
+	return st, nil
 }

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -15,21 +17,41 @@ import (
 )
 
 // fakeRemote is a machine behind a fake transport: a file system in a map, a
-// shell that understands the few commands install sends, and "agents" that
-// greet with the hash of their file's content.
+// shell that understands the few commands install sends, sftp's view of the
+// files, and "agents" that greet with the hash of their file's content.
 type fakeRemote struct {
 	mu      sync.Mutex
 	home    string
 	files   map[string][]byte
+	meta    map[string]fakeMeta
+	dirs    map[string]bool // directories where the agent's file should be
+	clock   int64           // modification times, in seconds
 	noexec  bool
 	freeKiB int64
 	banner  string // printed before anything a command prints
 	copies  int
 	starts  int
+	reads   int      // files opened over sftp
+	started []string // content of each file started
+}
+
+type fakeMeta struct {
+	mode  os.FileMode
+	mtime int64
 }
 
 func newFakeRemote() *fakeRemote {
-	return &fakeRemote{home: "/home/u", files: map[string][]byte{}, freeKiB: 1 << 20}
+	return &fakeRemote{home: "/home/u", files: map[string][]byte{}, meta: map[string]fakeMeta{}, dirs: map[string]bool{},
+		clock: 1_700_000_000, freeKiB: 1 << 20}
+}
+
+// put writes a file as the remote's user would, with a new modification time.
+func (f *fakeRemote) put(path string, b []byte) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clock++
+	f.files[path] = b
+	f.meta[path] = fakeMeta{0o700, f.clock}
 }
 
 var quoted = regexp.MustCompile(`(?:"\$HOME"/)?'([^']*)'`)
@@ -55,7 +77,9 @@ func (f *fakeRemote) Copy(ctx context.Context, local, remote string, progress fu
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.copies++
+	f.clock++
 	f.files[remote] = b
+	f.meta[remote] = fakeMeta{0o700, f.clock}
 	if progress != nil {
 		progress(int64(len(b)), int64(len(b)))
 	}
@@ -74,14 +98,49 @@ func (f *fakeRemote) Output(ctx context.Context, cmd string) ([]byte, error) {
 		if !ok {
 			return nil, &CommandError{Command: cmd, Code: 1, Stderr: "mv: no such file"}
 		}
+		if f.dirs[p[1]] {
+			return nil, &CommandError{Command: cmd, Code: 1, Stderr: "mv: would move into a directory"}
+		}
+		f.files[p[1]], f.meta[p[1]] = b, f.meta[p[0]]
 		delete(f.files, p[0])
-		f.files[p[1]] = b
+		delete(f.meta, p[0])
 		return nil, nil
-	case strings.HasPrefix(cmd, "rm -f "):
+	case strings.HasPrefix(cmd, "rm -f "), strings.HasPrefix(cmd, "rm -rf "):
 		delete(f.files, p[0])
+		delete(f.meta, p[0])
+		delete(f.dirs, p[0])
 		return nil, nil
 	}
 	return nil, &CommandError{Command: cmd, Code: 127, Stderr: "sh: unknown command"}
+}
+
+func (f *fakeRemote) Stat(ctx context.Context, remote string) (FileState, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dirs[remote] {
+		return FileState{Size: 4096, Mode: uint32(os.ModeDir | 0o700), Mtime: f.clock}, nil
+	}
+	b, ok := f.files[remote]
+	if !ok {
+		return FileState{}, fmt.Errorf("stat %s: %w", remote, fs.ErrNotExist)
+	}
+	m := f.meta[remote]
+	return FileState{Size: int64(len(b)), Mode: uint32(m.mode), UID: 1000, GID: 1000, Mtime: m.mtime}, nil
+}
+
+type fakeFile struct{ *bytes.Reader }
+
+func (fakeFile) Close() error { return nil }
+
+func (f *fakeRemote) Open(ctx context.Context, remote string) (RemoteFile, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, ok := f.files[remote]
+	if !ok {
+		return nil, fmt.Errorf("open %s: %w", remote, fs.ErrNotExist)
+	}
+	f.reads++
+	return fakeFile{bytes.NewReader(bytes.Clone(b))}, nil
 }
 
 func (f *fakeRemote) Start(ctx context.Context, cmd string) (Process, error) {
@@ -97,11 +156,14 @@ func (f *fakeRemote) Start(ctx context.Context, cmd string) (Process, error) {
 	b, ok := f.files[path]
 	banner := f.banner
 	switch {
+	case f.dirs[path]:
+		p.fail(&CommandError{Command: cmd, Code: 126, Stderr: "sh: 1: exec: " + path + ": Permission denied"}, outW, banner)
 	case !ok:
 		p.fail(&CommandError{Command: cmd, Code: 127, Stderr: "sh: 1: exec: " + path + ": not found"}, outW, banner)
 	case f.noexec:
 		p.fail(&CommandError{Command: cmd, Code: 126, Stderr: "sh: 1: exec: " + path + ": Permission denied"}, outW, banner)
 	default:
+		f.started = append(f.started, string(b))
 		go func() {
 			defer close(p.done)
 			defer outW.Close()
@@ -181,7 +243,8 @@ func TestDialInstallsOnceThenReuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	final := r.home + "/.cache/postern/agents/" + in.Hash + "/postern"
-	if string(r.files[final]) != "agent v1" || r.copies != 1 || r.starts != 2 {
+	// Nothing at the path: installed before anything is started there.
+	if string(r.files[final]) != "agent v1" || r.copies != 1 || r.starts != 1 {
 		t.Fatalf("after the first dial: files %v, copies %d, starts %d", keys(r.files), r.copies, r.starts)
 	}
 	for p := range r.files {
@@ -189,11 +252,13 @@ func TestDialInstallsOnceThenReuses(t *testing.T) {
 			t.Fatalf("temporary file %s left behind", p)
 		}
 	}
+	// Nothing recorded of it (another controller installed it): read back
+	// once, then used.
 	if err := dial(t, r, in); err != nil {
 		t.Fatal(err)
 	}
-	if r.copies != 1 || r.starts != 3 {
-		t.Fatalf("a warm dial uploaded again: copies %d, starts %d", r.copies, r.starts)
+	if r.copies != 1 || r.starts != 2 || r.reads != 1 {
+		t.Fatalf("a warm dial: copies %d, starts %d, reads %d; want 1, 2, 1", r.copies, r.starts, r.reads)
 	}
 }
 
@@ -255,4 +320,141 @@ func keys(m map[string][]byte) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// recorder keeps what Dial records and warns, as the controller's records do.
+type recorder struct {
+	mu    sync.Mutex
+	state *FileState
+	warns []string
+}
+
+func (rec *recorder) install(in Install) Install {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.state != nil {
+		k := *rec.state
+		in.Known = &k
+	}
+	in.Record = func(st FileState) { rec.mu.Lock(); rec.state = &st; rec.mu.Unlock() }
+	in.Warn = func(w string) { rec.mu.Lock(); rec.warns = append(rec.warns, w); rec.mu.Unlock() }
+	return in
+}
+
+// agentBinary is content long enough that the spot check samples blocks.
+func agentBinary() string {
+	var b strings.Builder
+	b.WriteString("\x7fELF agent ")
+	for i := 0; b.Len() < 300<<10; i++ {
+		fmt.Fprintf(&b, "%08d", i)
+	}
+	return b.String()
+}
+
+func TestDialTrustsNothingTheAgentSays(t *testing.T) {
+	bin := agentBinary()
+	script := "#!/bin/sh\ntouch /tmp/owned\nexec /home/u/real-postern \"$@\"\n"
+	samePadded := "#!/bin/sh\nexec /home/u/real-postern \"$@\"\n#" + strings.Repeat("x", len(bin)-len("#!/bin/sh\nexec /home/u/real-postern \"$@\"\n#"))
+	cases := []struct {
+		name     string
+		tamper   func(r *fakeRemote, final string)
+		replaced bool   // the agent must be installed again, with a warning
+		warn     string // in the warning
+	}{
+		{"unchanged", func(*fakeRemote, string) {}, false, ""},
+		{"touched, same content", func(r *fakeRemote, final string) { r.put(final, []byte(bin)) }, false, ""},
+		{"replaced by a script", func(r *fakeRemote, final string) { r.put(final, []byte(script)) }, true, "size"},
+		{"replaced by a script of the same size and time", func(r *fakeRemote, final string) {
+			m := r.meta[final]
+			r.files[final] = []byte(samePadded)
+			r.meta[final] = m
+		}, true, "content differs from the agent's at offset"},
+		{"one block changed in place, time set back", func(r *fakeRemote, final string) {
+			b := []byte(r.files[final])
+			copy(b[100:], "patched")
+		}, true, "offset 0"},
+		{"made a directory", func(r *fakeRemote, final string) {
+			delete(r.files, final)
+			r.dirs[final] = true
+		}, true, "not a regular file"},
+		{"removed", func(r *fakeRemote, final string) { delete(r.files, final) }, true, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newFakeRemote()
+			in := testInstall(t, bin)
+			rec := &recorder{}
+			if err := dial(t, r, rec.install(in)); err != nil {
+				t.Fatal(err)
+			}
+			final := r.home + "/.cache/postern/agents/" + in.Hash + "/postern"
+			if rec.state == nil || rec.state.Path != final || rec.state.Hash != in.Hash || rec.state.Size != int64(len(bin)) || rec.state.Mtime == 0 {
+				t.Fatalf("recorded at install: %+v", rec.state)
+			}
+			tc.tamper(r, final)
+			copies, started := r.copies, len(r.started)
+			if err := dial(t, r, rec.install(in)); err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range r.started[started:] {
+				if c != bin {
+					t.Fatalf("started a file that is not the agent: %.40q", c)
+				}
+			}
+			if string(r.files[final]) != bin {
+				t.Fatalf("the agent's path holds %.40q after the dial", r.files[final])
+			}
+			reinstalled := r.copies > copies
+			if reinstalled != tc.replaced {
+				t.Fatalf("installed again: %v, want %v (warnings %q)", reinstalled, tc.replaced, rec.warns)
+			}
+			warned := len(rec.warns) > 0
+			if wantWarn := tc.replaced && tc.name != "removed"; warned != wantWarn {
+				t.Fatalf("warnings %q, want one: %v", rec.warns, wantWarn)
+			}
+			if warned && (!strings.Contains(rec.warns[0], final) || !strings.Contains(rec.warns[0], "changed since install") || !strings.Contains(rec.warns[0], tc.warn)) {
+				t.Fatalf("warning %q, want the path, 'changed since install' and %q", rec.warns[0], tc.warn)
+			}
+			if got := rec.state; got == nil || got.Hash != in.Hash || got.Size != int64(len(bin)) || got.Mtime != r.meta[final].mtime {
+				t.Fatalf("recorded after the dial: %+v (file's mtime %d)", got, r.meta[final].mtime)
+			}
+		})
+	}
+}
+
+// A file at the agent's path that no record speaks for is read back; one that
+// is not the agent is never started.
+func TestDialReadsBackWhatIsNotRecorded(t *testing.T) {
+	r := newFakeRemote()
+	in := testInstall(t, "agent v1")
+	final := r.home + "/.cache/postern/agents/" + in.Hash + "/postern"
+	r.put(final, []byte("#!/bin/sh\nexec real \"$@\"\n"))
+	rec := &recorder{}
+	if err := dial(t, r, rec.install(in)); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.started) != 1 || r.started[0] != "agent v1" || r.copies != 1 {
+		t.Fatalf("started %q, copies %d; want only the agent, installed once", r.started, r.copies)
+	}
+	if len(rec.warns) != 1 || !strings.Contains(rec.warns[0], "is not the agent postern built") {
+		t.Fatalf("warnings %q", rec.warns)
+	}
+}
+
+// A recorded state for another agent directory is not used: the file is
+// looked for where the agent is now configured to be.
+func TestDialIgnoresStateOfAnotherDir(t *testing.T) {
+	r := newFakeRemote()
+	in := testInstall(t, "agent v1")
+	rec := &recorder{}
+	if err := dial(t, r, rec.install(in)); err != nil {
+		t.Fatal(err)
+	}
+	in.Dir = "/opt/agents"
+	if err := dial(t, r, rec.install(in)); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.files["/opt/agents/"+in.Hash+"/postern"]; !ok || rec.state.Path != "/opt/agents/"+in.Hash+"/postern" {
+		t.Fatalf("agent not installed in the new directory: %v, recorded %+v", keys(r.files), rec.state)
+	}
 }

@@ -13,9 +13,11 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
+	agent "github.com/postern-dev/postern/remote-agent"
 )
 
 // machineView is a machine with what was last measured about it.
@@ -34,6 +36,8 @@ type machineView struct {
 	User       string                `json:"user,omitempty"`
 	TookMS     int64                 `json:"took_ms,omitempty"`
 	Rungs      map[string]probe.Rung `json:"rungs"`
+	// Agents are what was measured over sftp of the agents installed there.
+	Agents []agent.FileState `json:"agents,omitempty"`
 }
 
 func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
@@ -49,6 +53,11 @@ func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
 		v.Measured, v.MeasuredAt = true, &t
 		v.OS, v.Arch, v.Kernel, v.Version, v.User, v.TookMS = rec.OS, rec.Arch, rec.Kernel, rec.Version, rec.User, rec.TookMS
 		v.Rungs = rec.Rungs
+	}
+	if !m.IsLocal() {
+		if v.Agents, err = store.Agents(m.Name); err != nil {
+			return v, err
+		}
 	}
 	v.Lane = m.Lane(goos)
 	c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: v.Lane})
@@ -73,6 +82,11 @@ func printMachine(v machineView) error {
 	}
 	fmt.Fprintf(tw, "measured\t%s (took %d ms, as %s)\n", v.MeasuredAt.Local().Format(time.RFC3339), v.TookMS, v.User)
 	fmt.Fprintf(tw, "host\t%s/%s, kernel %s, postern %s\n", v.OS, v.Arch, v.Kernel, v.Version)
+	for _, a := range v.Agents {
+		// The path was found on the remote: shown as printable text.
+		fmt.Fprintf(tw, "agent\t%s: %d bytes, %s, modified %s, checked %s\n", termtext.Printable(a.Path), a.Size, os.FileMode(a.Mode),
+			time.Unix(a.Mtime, 0).Local().Format(time.RFC3339), a.MeasuredAt.Local().Format(time.RFC3339))
+	}
 	fmt.Fprintln(tw, "\nRUNG\tRESULT\tDETAIL\tREMEDY")
 	names := make([]string, 0, len(v.Rungs))
 	for n := range v.Rungs {

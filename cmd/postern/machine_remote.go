@@ -72,7 +72,7 @@ func probeMachines(ctx context.Context, store *records.Store, names []string, al
 			if m.IsLocal() {
 				rec, err = probe.Run(ctx, probe.Options{Name: m.Name, Version: version, Logger: logger})
 			} else {
-				r := dispatch.Remote{SSH: machine.SSHOptions{TrustNewHostKey: trust, Logger: logger}}
+				r := dispatch.Remote{SSH: machine.SSHOptions{TrustNewHostKey: trust, Logger: logger}, Agents: store, Warn: os.Stderr}
 				if progress != nil {
 					r.Progress = progress
 				}

@@ -23,6 +23,7 @@ import (
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/testhosts"
 	"github.com/postern-dev/postern/records"
+	agent "github.com/postern-dev/postern/remote-agent"
 )
 
 // sshHost is a test host running a real OpenSSH sshd that lets the controller's
@@ -781,5 +782,95 @@ func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 			t.Fatalf("waited %s for %s", d, what)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A run (or anyone) that swaps the remote agent for a script that execs the
+// real one: the controller checks the file over sftp before starting it, so
+// the script is never run; the agent is installed again and the person told.
+func TestRemoteAgentSwappedIsNotRun(t *testing.T) {
+	r := newRemoteLab(t)
+	r.addAndProbe(t, "far")
+	files := agentFiles(t, r.Remote.Home)
+	if len(files) != 1 {
+		t.Fatalf("installed agents after probing: %v", files)
+	}
+	agentPath := files[0]
+	hash := filepath.Base(filepath.Dir(agentPath))
+	real := filepath.Join(r.Remote.Home, "real-postern")
+	if err := testhosts.CopyExecutable(agentPath, real); err != nil {
+		t.Fatal(err)
+	}
+	marker := filepath.Join(r.Remote.Home, "script-ran")
+	script := "#!/bin/sh\necho ran >> " + marker + "\nexec " + real + " \"$@\"\n"
+	orig, err := os.Stat(agentPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What the controller measured of the file at install, over sftp.
+	var view struct {
+		Agents []agent.FileState `json:"agents"`
+	}
+	if err := json.Unmarshal([]byte(r.C.mustPostern(t, "machine", "show", "far", "--json")), &view); err != nil {
+		t.Fatal(err)
+	}
+	if len(view.Agents) != 1 || view.Agents[0].Path != agentPath || view.Agents[0].Hash != hash || view.Agents[0].Size != orig.Size() ||
+		view.Agents[0].Mtime != orig.ModTime().Unix() || !os.FileMode(view.Agents[0].Mode).IsRegular() {
+		t.Fatalf("recorded agents %+v; want %s, %d bytes, modified %d", view.Agents, agentPath, orig.Size(), orig.ModTime().Unix())
+	}
+	for _, v := range []struct {
+		name    string
+		content func() []byte
+		sameAge bool   // the script gets the agent's modification time
+		what    string // in the warning
+	}{
+		{"a script", func() []byte { return []byte(script) }, false, "size "},
+		{"a script of the agent's size and time", func() []byte {
+			b := []byte(script + "#")
+			b = append(b, bytes.Repeat([]byte("x"), int(orig.Size())-len(b)-1)...)
+			return append(b, '\n')
+		}, true, "content differs from the agent's at offset"},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			// Swapped as a run would: a new file renamed over the agent.
+			tmp := agentPath + ".swap"
+			if err := os.WriteFile(tmp, v.content(), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if v.sameAge {
+				if err := os.Chtimes(tmp, orig.ModTime(), orig.ModTime()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.Rename(tmp, agentPath); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			stdout, stderr, code := r.C.postern(t, "run", "--machine", "far", "--", "echo", "two")
+			if code != 0 || stdout != "two\n" {
+				t.Fatalf("run after the swap: exit %d, stdout %q, stderr %q", code, stdout, stderr)
+			}
+			if _, err := os.Stat(marker); err == nil {
+				t.Fatal("the script at the agent's path was run")
+			}
+			want := "postern: agent on far: " + agentPath + " was changed since install ("
+			if !strings.Contains(stderr, want) || !strings.Contains(stderr, v.what) || !strings.Contains(stderr, "); reinstalled\n") {
+				t.Fatalf("stderr %q: want %q naming %q and that it was reinstalled", stderr, want, v.what)
+			}
+			if got := sha256File(t, agentPath); got != hash {
+				t.Fatalf("the agent's path hashes to %s after the run, want %s", got, hash)
+			}
+			t.Logf("run that found and replaced the swapped agent: %s", time.Since(start).Round(time.Millisecond))
+			// The next run finds the agent as recorded: no warning.
+			start = time.Now()
+			if _, stderr, code := r.C.postern(t, "run", "--machine", "far", "--", "true"); code != 0 || strings.Contains(stderr, "changed since install") {
+				t.Fatalf("the run after: exit %d, stderr %q", code, stderr)
+			}
+			t.Logf("warm run with the agent checked over sftp: %s", time.Since(start).Round(time.Millisecond))
+			var err error
+			if orig, err = os.Stat(agentPath); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

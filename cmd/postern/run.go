@@ -17,10 +17,15 @@ import (
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/termtext"
+	"github.com/postern-dev/postern/records"
 )
 
 // exitRefused is the exit status of a run refused before anything was spawned.
 const exitRefused = 77
+
+// exitUnrecorded is postern's own failure status after a run ended: its
+// record could not be written, so the run's own status is not postern's.
+const exitUnrecorded = 125
 
 func init() {
 	var (
@@ -35,7 +40,7 @@ func init() {
 The machine must have been measured with 'postern machine probe-confinement'; a machine never
 measured, or measured unable, is refused before anything is spawned (exit 77, marker
 EGRESS-CLOSED-DEFAULT-REFUSED). Without --policy the run may reach nothing.
-postern's exit status is the run's.`,
+postern's exit status is the run's; 125 if the run ended but its record could not be written.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("egress-open") {
@@ -75,18 +80,25 @@ postern's exit status is the run's.`,
 			run, err := dispatch.Run(context.WithoutCancel(cmd.Context()), store, spec)
 			var ref *carry.Refusal
 			var perr *dispatch.PolicyError
+			var rerr *dispatch.RecordError
 			switch {
 			case errors.As(err, &ref):
 				fmt.Fprintln(os.Stderr, ref.Error())
 				return &exitError{exitRefused, errors.New("")}
 			case errors.As(err, &perr):
 				return &exitError{2, err}
+			case errors.As(err, &rerr):
+				return &exitError{exitUnrecorded, err}
 			case err != nil:
 				return err
 			}
 			if !quiet && (run.Denied > 0 || run.WouldDeny > 0) {
 				fmt.Fprintf(os.Stderr, "postern: run %s: %d allowed, %d denied, %d would be denied under enforce; see 'postern runs events %s'\n",
 					run.ID, run.Allowed, run.Denied, run.WouldDeny, run.ID)
+			}
+			if run.EventsDropped > 0 {
+				fmt.Fprintf(os.Stderr, "postern: run %s: %d events over the rate of %d a second were counted, not stored\n",
+					run.ID, run.EventsDropped, records.DefaultEventRate)
 			}
 			if run.ExitCode != nil && *run.ExitCode != 0 {
 				return &exitError{*run.ExitCode, errors.New("")}
@@ -121,13 +133,17 @@ func printDenial(w io.Writer, ev door.Event) {
 	// The run chose the target (a malformed one is recorded as sent): it
 	// must not act on the person's terminal.
 	target, reason := termtext.Printable(target), termtext.Printable(ev.Reason)
+	more := ""
+	if ev.Repeats > 0 {
+		more = fmt.Sprintf(" (and %d more like it in the second before)", ev.Repeats)
+	}
 	if ev.Kind == "wall" {
-		fmt.Fprintf(w, "postern: the wall refused %s: %s\n", target, reason)
+		fmt.Fprintf(w, "postern: the wall refused %s%s: %s\n", target, more, reason)
 		return
 	}
 	verb := "denied"
 	if ev.WouldDeny {
 		verb = "observed (enforce would deny)"
 	}
-	fmt.Fprintf(w, "postern: %s %s %s: %s\n", verb, ev.Kind, target, reason)
+	fmt.Fprintf(w, "postern: %s %s %s%s: %s\n", verb, ev.Kind, target, more, reason)
 }

@@ -22,6 +22,8 @@ func TestPrintDenial(t *testing.T) {
 		{door.Event{Event: "decision", Kind: "connect", Host: "x\x1b]0;pwned\a", Decision: "deny", Reason: "server_name \x1b[2J does not match"},
 			`postern: denied connect "x\x1b]0;pwned\a": "server_name \x1b[2J does not match"` + "\n"},
 		{door.Event{Event: "decision", Kind: "connect", Host: "ok.test", Port: 443, Decision: "allow"}, ""},
+		{door.Event{Event: "decision", Kind: "dns", Host: "x.evil.test", Decision: "deny", Reason: "not allowed", Repeats: 12},
+			"postern: denied dns x.evil.test (and 12 more like it in the second before): not allowed\n"},
 	} {
 		var b bytes.Buffer
 		printDenial(&b, c.ev)

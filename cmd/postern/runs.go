@@ -88,6 +88,10 @@ func init() {
 				row("ended", r.EndedAt.Local().Format(time.RFC3339))
 			}
 			row("decisions", fmt.Sprintf("%d allowed, %d denied, %d would be denied", r.Allowed, r.Denied, r.WouldDeny))
+			if r.EventsDropped > 0 || r.EventsLost > 0 {
+				row("events not stored", fmt.Sprintf("%d over the rate bound, %d lost", r.EventsDropped, r.EventsLost))
+			}
+			row("events error", r.EventsError)
 			row("landlock", r.Landlock)
 			for _, g := range r.Guarded {
 				row("made or changed", g)
@@ -199,6 +203,9 @@ func eventRow(ev door.Event) string {
 	if ev.Event == "end" {
 		bytes = fmt.Sprintf("%d/%d", ev.BytesUp, ev.BytesDown)
 		decision = "-"
+	}
+	if ev.Repeats > 0 {
+		decision += fmt.Sprintf(" (x%d)", ev.Repeats+1)
 	}
 	port := ""
 	if ev.Port != 0 {

@@ -362,13 +362,14 @@ allow_cidrs = [%q]
 				}
 			}
 		}
+		// Lookups repeated within a second are one event with their count.
 		var nAllow, nDeny int
 		for _, ev := range w.Events {
 			if ev.Kind == "dns" && ev.Host == allowed && ev.Decision == "allow" {
-				nAllow++
+				nAllow += 1 + ev.Repeats
 			}
 			if ev.Kind == "dns" && ev.Host == denied && ev.Decision == "deny" && ev.Reason == "no allow rule matches" {
-				nDeny++
+				nDeny += 1 + ev.Repeats
 			}
 		}
 		if want := 2 * len(servers); nAllow != want || nDeny < want {

@@ -1,0 +1,85 @@
+package records
+
+import (
+	"bytes"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+
+	agent "github.com/postern-dev/postern/remote-agent"
+)
+
+// Installed agents are kept per machine and agent hash: what the controller
+// measured of the file over sftp when it installed it (or last read it back),
+// to compare with before each use. It is measured, never typed, like a
+// machine's record.
+
+func agentKey(machine, hash string) []byte { return []byte(machine + "\x00" + hash) }
+
+// PutAgent records what was measured of an agent's file on a machine.
+func (s *Store) PutAgent(machine string, st agent.FileState) error {
+	return s.update(func(tx *bolt.Tx) error { return s.putJSON(tx, bucketAgents, string(agentKey(machine, st.Hash)), st) })
+}
+
+// Agent returns what was recorded of the agent with hash on a machine, or
+// ErrNotFound.
+func (s *Store) Agent(machine, hash string) (*agent.FileState, error) {
+	var st agent.FileState
+	err := s.view(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, bucketAgents)
+		if err != nil {
+			return err
+		}
+		raw := b.Get(agentKey(machine, hash))
+		if raw == nil {
+			return fmt.Errorf("agent %.12s on machine %q: %w", hash, machine, ErrNotFound)
+		}
+		return s.decode(bucketAgents, machine+"/"+hash, raw, &st)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// Agents returns what is recorded of every agent installed on a machine.
+func (s *Store) Agents(machine string) ([]agent.FileState, error) {
+	var out []agent.FileState
+	err := s.view(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, bucketAgents)
+		if err != nil {
+			return err
+		}
+		prefix := []byte(machine + "\x00")
+		c := b.Cursor()
+		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
+			var st agent.FileState
+			if err := s.decode(bucketAgents, machine+"/"+string(k[len(prefix):]), v, &st); err != nil {
+				return err
+			}
+			out = append(out, st)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// deleteAgents forgets every agent recorded for a machine.
+func (s *Store) deleteAgents(tx *bolt.Tx, machine string) error {
+	b, err := s.bucket(tx, bucketAgents)
+	if err != nil {
+		return err
+	}
+	prefix := []byte(machine + "\x00")
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
