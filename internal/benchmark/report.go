@@ -9,11 +9,15 @@ import (
 	"time"
 )
 
-// Goals the door is held to.
+// Goals the door is held to, against the other paths measured in the same
+// run: throughput at least a bare Go splice proxy's and 1.5× squid's; added
+// setup p50 at most 1.2× tinyproxy's and below squid's; keep-alive requests/s
+// ahead of both; an idle tunnel within 40 KiB.
 const (
-	GoalThroughputRatio = 0.9 // of direct
-	GoalAddedP50        = 150 * time.Microsecond
-	GoalKiBPerTunnel    = 40.0
+	GoalThroughputVsBaseline = 1.0
+	GoalThroughputVsSquid    = 1.5
+	GoalSetupVsTinyproxy     = 1.2
+	GoalKiBPerTunnel         = 40.0
 )
 
 // Markdown writes the report as markdown tables of ratios, with the absolute
@@ -146,20 +150,69 @@ func (r *Report) Markdown(w io.Writer) error {
 				ratio(float64(door.LatP50-d.LatP50), float64(p.LatP50-d.LatP50)), idle, ratio(door.RPS, p.RPS), mem)
 		}
 		b.WriteString("\n### The door against its goals\n\n")
-		b.WriteString("The last column is what this machine allows any proxy: the throughput ceiling at the door path's CPU per GiB, and the setup floor of a connect and one round trip (see above).\n\n")
+		b.WriteString("Each goal is a ratio to another path measured in this run. The last column is what this machine allows any proxy: the throughput ceiling at the door path's CPU per GiB, and the setup floor of a connect and one round trip (see above).\n\n")
 		b.WriteString("| measure | goal | measured | met | this machine's bound |\n|---|---|---:|---|---|\n")
+		find := func(prefix string) *PathResult {
+			for i := range r.Paths {
+				if strings.HasPrefix(r.Paths[i].Name, prefix) && r.Paths[i].Err == "" {
+					return &r.Paths[i]
+				}
+			}
+			return nil
+		}
+		squid, tiny, base := find("squid"), find("tinyproxy"), find("go baseline")
 		tr := door.tputRatio(d)
 		bound := "–"
 		if door.CPUPerGiB > 0 && d.Throughput > 0 {
-			bound = fmt.Sprintf("≤ %.2f", float64(m.Cores)/door.CPUPerGiB*(1<<30)/d.Throughput)
+			bound = fmt.Sprintf("≤ %.2f of direct", float64(m.Cores)/door.CPUPerGiB*(1<<30)/d.Throughput)
 		}
-		fmt.Fprintf(&b, "| throughput ÷ direct | ≥ %.2f | %.2f | %s | %s |\n", GoalThroughputRatio, tr, yes(tr >= GoalThroughputRatio), bound)
-		ap := door.LatP50 - d.LatP50
+		goal := func(what, want string, got float64, ok bool, bound string) {
+			fmt.Fprintf(&b, "| %s | %s | %.2f× | %s | %s |\n", what, want, got, yes(ok), bound)
+		}
+		notRun := func(what, want, other string) {
+			fmt.Fprintf(&b, "| %s | %s | – | not measured (%s not run) | – |\n", what, want, other)
+		}
+		if base != nil && base.tputRatio(d) > 0 {
+			x := tr / base.tputRatio(d)
+			goal("throughput ÷ go baseline's", fmt.Sprintf("≥ %.1f×", GoalThroughputVsBaseline), x, x >= GoalThroughputVsBaseline, bound)
+		} else {
+			notRun("throughput ÷ go baseline's", fmt.Sprintf("≥ %.1f×", GoalThroughputVsBaseline), "the go baseline")
+		}
+		if squid != nil && squid.tputRatio(d) > 0 {
+			x := tr / squid.tputRatio(d)
+			goal("throughput ÷ squid's", fmt.Sprintf("≥ %.1f×", GoalThroughputVsSquid), x, x >= GoalThroughputVsSquid, bound)
+		} else {
+			notRun("throughput ÷ squid's", fmt.Sprintf("≥ %.1f×", GoalThroughputVsSquid), "squid")
+		}
+		ap := float64(door.LatP50 - d.LatP50)
 		bound = "–"
 		if _, floor := r.setupFloor(); floor > 0 {
-			bound = "≥ " + us(floor) + " µs"
+			bound = "≥ " + us(floor) + " µs added"
 		}
-		fmt.Fprintf(&b, "| added setup p50 | ≤ %s | %s µs | %s | %s |\n", us(GoalAddedP50)+" µs", us(ap), yes(door.LatP50 > 0 && ap <= GoalAddedP50), bound)
+		if tiny != nil && tiny.LatP50 > d.LatP50 && door.LatP50 > 0 {
+			x := ap / float64(tiny.LatP50-d.LatP50)
+			goal("added setup p50 ÷ tinyproxy's", fmt.Sprintf("≤ %.1f×", GoalSetupVsTinyproxy), x, x <= GoalSetupVsTinyproxy, bound)
+		} else {
+			notRun("added setup p50 ÷ tinyproxy's", fmt.Sprintf("≤ %.1f×", GoalSetupVsTinyproxy), "tinyproxy")
+		}
+		if squid != nil && squid.LatP50 > d.LatP50 && door.LatP50 > 0 {
+			x := ap / float64(squid.LatP50-d.LatP50)
+			goal("added setup p50 ÷ squid's", "< 1.0×", x, x < 1, bound)
+		} else {
+			notRun("added setup p50 ÷ squid's", "< 1.0×", "squid")
+		}
+		for _, other := range []struct {
+			name string
+			p    *PathResult
+		}{{"squid", squid}, {"tinyproxy", tiny}} {
+			name, o := other.name, other.p
+			if o != nil && o.RPS > 0 && door.RPS > 0 {
+				x := door.RPS / o.RPS
+				goal("keep-alive requests/s ÷ "+name+"'s", "> 1.0×", x, x > 1, "–")
+			} else {
+				notRun("keep-alive requests/s ÷ "+name+"'s", "> 1.0×", name)
+			}
+		}
 		if door.Idle != nil {
 			kib := door.Idle.BytesPerTunnel / 1024
 			fmt.Fprintf(&b, "| memory per idle tunnel | ≤ %.0f KiB, 0 errors | %.1f KiB, %d errors | %s | – |\n", GoalKiBPerTunnel, kib, door.Idle.Errors,
