@@ -115,9 +115,12 @@ func TestWallRefusalsRecorded(t *testing.T) {
 		}
 		count[key]++
 	}
+	// A repeated refusal (a client trying a name's addresses of each
+	// family) is one event, and the others held back within the quiet second
+	// come as one summary carrying their count.
 	for key := range want {
-		if count[key] != 1 {
-			t.Errorf("refusal of %s recorded %d times, want once (events: %+v)", key, count[key], events())
+		if count[key] < 1 || count[key] > 2 {
+			t.Errorf("refusal of %s recorded %d times, want once, and at most one summary (events: %+v)", key, count[key], events())
 		}
 	}
 }
