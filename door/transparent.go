@@ -40,7 +40,7 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 	}
 
 	clientFirst := port == 80 || port == 443
-	rules := headRules{tlsOnly: port == 443}
+	rules := headRules{tlsOnly: port == 443, httpOnly: port == 80}
 	var (
 		head   []byte
 		fb     firstBytes

@@ -192,3 +192,43 @@ func TestTransparentHTTPKeepAliveEachRequestChecked(t *testing.T) {
 		t.Fatalf("end %+v", end)
 	}
 }
+
+// On the transparent side's port 80 only an HTTP/1.x request head may pass:
+// HTTP/2's prior-knowledge preface, a lowercase method or TLS would otherwise
+// be relayed unread, past the per-request checks.
+func TestTransparentPort80RefusesWhatIsNotHTTP1(t *testing.T) {
+	checkNoLeaks(t)
+	h := newHarness(t, mustPolicy(t, testPolicy), func(c *Config) {
+		c.AddHosts = map[string][]netip.Addr{"web.test": {netip.MustParseAddr("11.0.0.2")}}
+	})
+	seen := make(chan string, 8)
+	h.route("11.0.0.2", server(t, func(c net.Conn) {
+		b := make([]byte, 64)
+		n, _ := c.Read(b)
+		seen <- string(b[:n])
+	}))
+	fake := fakeFor(t, h, "web.test")
+	for name, first := range map[string][]byte{
+		"h2c preface":      []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+		"lowercase method": []byte("get / HTTP/1.1\r\nHost: web.test\r\n\r\n"),
+		"tls":              clientHelloBytes(t, "web.test"),
+		"opaque":           []byte("SSH-2.0-OpenSSH_9.2\r\n"),
+	} {
+		c := h.dialTransparent(fake + ":80")
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.Write(first)
+		if b, _ := io.ReadAll(c); len(b) != 0 {
+			t.Errorf("%s on port 80: got %q back, want the connection closed", name, b)
+		}
+		c.Close()
+		h.ev.waitFor(t, name+" refused", func(e Event) bool {
+			return e.Kind == "transparent" && e.Decision == "deny" && e.Port == 80 &&
+				(strings.Contains(e.Reason, "not an http/1.x request") || strings.Contains(e.Reason, "tls on port 80"))
+		})
+	}
+	select {
+	case got := <-seen:
+		t.Fatalf("the upstream received %q", got)
+	case <-time.After(100 * time.Millisecond):
+	}
+}

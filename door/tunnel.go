@@ -182,6 +182,10 @@ type headRules struct {
 	// tlsOnly denies bytes that are not a TLS ClientHello (the transparent side
 	// on 443).
 	tlsOnly bool
+	// httpOnly denies bytes that are not an HTTP/1.x request head (the
+	// transparent side on 80): anything else there (HTTP/2's preface, a
+	// lowercase method, TLS) would pass unread.
+	httpOnly bool
 }
 
 // checkHead says why a connection admitted by j may not carry these first
@@ -200,8 +204,15 @@ func (d *Door) checkHead(j Judgement, fb firstBytes, herr error, rules headRules
 		if rules.tlsOnly {
 			return fmt.Sprintf("opaque (non-tls) traffic on port %d", j.Port)
 		}
+		if rules.httpOnly {
+			return fmt.Sprintf("bytes that are not an http/1.x request on port %d", j.Port)
+		}
 		return ""
-	case headTLS, headHTTP:
+	case headTLS:
+		if rules.httpOnly {
+			return fmt.Sprintf("tls on port %d, which carries plain http", j.Port)
+		}
+	case headHTTP:
 	default:
 		return "unreadable first bytes"
 	}

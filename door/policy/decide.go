@@ -207,13 +207,16 @@ func (p *Policy) floor(a netip.Addr) (string, bool) {
 	return "", false
 }
 
-// cidrFor returns the first allow_cidrs entry containing a or the IPv4
-// address a carries to.
+// cidrFor returns the first allow_cidrs entry containing a, the address that
+// would be dialled. An IPv6 address carrying an IPv4 one (6to4, NAT64,
+// IPv4-compatible, SIIT, Teredo) is judged by that IPv4 address for the
+// floor and for being private, but it is opened only by a CIDR holding the
+// IPv6 address itself: a packet to it goes where this host routes IPv6 (a
+// 6to4 relay, a NAT64 gateway), not to the IPv4 address a CIDR opened. (An
+// IPv4-mapped address is unmapped before this and dialled as IPv4.)
 func (p *Policy) cidrFor(a netip.Addr) *CIDRRule {
-	dst, _ := embedded(a)
 	for i := range p.AllowCIDRs {
-		pr := p.AllowCIDRs[i].Prefix
-		if pr.Contains(a) || dst.IsValid() && pr.Contains(dst) {
+		if p.AllowCIDRs[i].Prefix.Contains(a) {
 			return &p.AllowCIDRs[i]
 		}
 	}

@@ -117,7 +117,15 @@ func TestDecideAddr(t *testing.T) {
 		{"::ffff:10.0.0.5", 443, "github.com", Deny, ReasonPrivate, ""},
 		{"10.20.3.4", 443, "internal.corp.test", Allow, ReasonAllowedByCIDR, "10.20.0.0/16 (p.hcl:4:16)"},
 		{"::ffff:10.20.3.4", 443, "internal.corp.test", Allow, ReasonAllowedByCIDR, "10.20.0.0/16 (p.hcl:4:16)"},
-		{"64:ff9b::a14:304", 443, "internal.corp.test", Allow, ReasonAllowedByCIDR, "10.20.0.0/16 (p.hcl:4:16)"},
+		// An IPv6 form carrying an allowed IPv4 address is dialled as IPv6,
+		// to wherever this host routes it: the IPv4 CIDR does not open it.
+		{"64:ff9b::a14:304", 443, "internal.corp.test", Deny, ReasonPrivate, ""},
+		{"2002:a14:304::", 443, "internal.corp.test", Deny, ReasonPrivate, ""},
+		{"::a14:304", 443, "internal.corp.test", Deny, ReasonPrivate, ""},
+		{"::ffff:0:a14:304", 443, "internal.corp.test", Deny, ReasonPrivate, ""},
+		{"2001:0:4136:e378:8000:63bf:f5eb:fcfb", 443, "internal.corp.test", Deny, ReasonPrivate, ""},
+		{"64:ff9b::a14:304", 443, "", Deny, ReasonPrivate, ""},
+		{"2002:a14:304::1", 443, "", Deny, ReasonPrivate, ""},
 		{"fd12:3456::9", 443, "internal.corp.test", Allow, ReasonAllowedByCIDR, "fd12:3456::/48 (p.hcl:4:50)"},
 		// Literals: only allow_cidrs opens them, and only on the policy's ports.
 		{"10.20.3.4", 443, "", Allow, ReasonAllowedByCIDR, "10.20.0.0/16 (p.hcl:4:16)"},
