@@ -19,6 +19,9 @@ const (
 	// NetnsArg configures, inside new user and network namespaces, lo and
 	// default routes through it, and checks that addresses are routable.
 	NetnsArg = "__probe-netns"
+	// OverlayArg DIR lays a private layer over DIR/lower inside new user and
+	// mount namespaces, as the wall does over a run's home, and checks it.
+	OverlayArg = "__probe-overlay"
 )
 
 // Options name what is measured and by which postern.

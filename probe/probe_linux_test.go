@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 				os.Exit(127)
 			}
 			os.Exit(126)
-		case ConnectArg, UsernsArg, NetnsArg:
+		case ConnectArg, UsernsArg, NetnsArg, OverlayArg:
 			os.Exit(ChildMain(context.Background(), arg, os.Args[2:], os.Stdout))
 		}
 	}
