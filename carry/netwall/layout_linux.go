@@ -41,8 +41,9 @@ const layerBase = ".postern-layer"
 // Names in the private layer.
 const (
 	layerHome     = "home"      // home/upper, home/work
-	layerVoidFile = "void-file" // what a masked file shows: empty, mode 0
-	layerVoidDir  = "void-dir"  // what a masked directory shows
+	layerVoidFile = "void-file" // what a masked device shows: empty, mode 0, opened by no one
+	layerVoidRead = "void-read" // what a masked file shows: empty, read-only
+	layerVoidDir  = "void-dir"  // what a masked directory shows: empty, read-only
 )
 
 func layerGit(i int) string { return "git" + strconv.Itoa(i) }
@@ -226,6 +227,9 @@ func makeLayer(base string, l layout) (string, error) {
 	if err := os.WriteFile(filepath.Join(dir, layerVoidFile), nil, 0); err != nil {
 		return "", fmt.Errorf("private layer: %w", err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, layerVoidRead), nil, 0o444); err != nil {
+		return "", fmt.Errorf("private layer: %w", err)
+	}
 	if err := os.Chmod(filepath.Join(dir, layerVoidDir), 0o555); err != nil {
 		return "", fmt.Errorf("private layer: %w", err)
 	}
@@ -313,7 +317,7 @@ func applyLayout(l layout, c *captured, layer string) error {
 		if err != nil {
 			continue // not in the run's view: nothing to mask
 		}
-		void := filepath.Join(layer, layerVoidFile)
+		void := filepath.Join(layer, layerVoidRead)
 		if st.IsDir() {
 			void = filepath.Join(layer, layerVoidDir)
 		}

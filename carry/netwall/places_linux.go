@@ -323,6 +323,16 @@ func isGitDir(d string) bool {
 	return true
 }
 
+// isWorktreeGitDir reports whether d is a linked work tree's git directory: a
+// HEAD file beside a commondir file naming the repository's common directory.
+func isWorktreeGitDir(d string) bool {
+	st, err := os.Lstat(filepath.Join(d, "HEAD"))
+	if err != nil || !st.Mode().IsRegular() {
+		return false
+	}
+	return commonDir(d) != ""
+}
+
 // findRepo finds the work tree around dir and its git directories: .git, or
 // for a linked work tree or a submodule the directory its .git file names
 // and that directory's common directory. Outside a repository it returns dir
@@ -340,7 +350,7 @@ func findRepo(dir string) (top string, gitDirs []string) {
 				gd = gitFileTarget(dotGit)
 			}
 			if gd != "" {
-				if r, err := filepath.EvalSymlinks(gd); err == nil && isGitDir(r) {
+				if r, err := filepath.EvalSymlinks(gd); err == nil && (isGitDir(r) || isWorktreeGitDir(r)) {
 					dirs := []string{r}
 					if c := commonDir(r); c != "" && c != r {
 						dirs = append(dirs, c)

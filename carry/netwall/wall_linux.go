@@ -46,6 +46,9 @@ type Wall struct {
 	ctl    *channel
 	lis    door.Listeners
 
+	// pidsDone is closed once the run's pids limit is in place (see
+	// holdPids); pids and pidsDesc are set before.
+	pidsDone chan struct{}
 	pids     *pidsCgroup // the run's cgroup, if it has one
 	pidsDesc string      // what holds the run's pids (PidsLimit)
 	// ending is what the init said became of the run's writes; endRead is
@@ -105,16 +108,9 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if limit <= 0 {
 		limit = DefaultPidsLimit
 	}
-	cg, noCgroup := newPidsCgroup(limit)
-	pidsDesc := ""
-	switch {
-	case cg != nil:
-		pidsDesc = fmt.Sprintf("%d tasks (%s)", limit, cg)
-	case os.Geteuid() == 0:
-		pidsDesc = fmt.Sprintf("none: no cgroup of its own (%s), and RLIMIT_NPROC does not hold root", noCgroup)
-	default:
+	if os.Geteuid() != 0 {
+		// Held by RLIMIT_NPROC too, whatever becomes of the cgroup.
 		cfg.NProc = uint64(limit)
-		pidsDesc = fmt.Sprintf("%d processes of this user in the run's user namespace (RLIMIT_NPROC; no cgroup of its own: %s)", limit, noCgroup)
 	}
 
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -156,26 +152,18 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	childEnd.Close()
 	if err != nil {
 		ctl.Close()
-		if cg != nil {
-			cg.remove()
-		}
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
 			return nil, &KernelError{Step: StepUserns, Err: err, Remedy: remedy(StepUserns, errno, thisMachine())}
 		}
 		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
 	}
-	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, pids: cg, pidsDesc: pidsDesc, exited: make(chan struct{}), endRead: make(chan struct{})}
+	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), pidsDone: make(chan struct{})}
+	// Moving a process between cgroups takes milliseconds (cgroup v1 waits
+	// for RCU): it goes on beside the handshake, and Start waits for it.
+	go w.holdPids(limit, cfg.NProc > 0)
 	go w.reap()
-	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports, "pids_limit", pidsDesc)
-	if cg != nil {
-		// The init waits for its configuration before it starts anything:
-		// all of the run begins in the cgroup.
-		if err := cg.add(cmd.Process.Pid); err != nil {
-			w.Close()
-			return nil, fmt.Errorf("network wall: %w", err)
-		}
-	}
+	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
 	lis, err := w.handshake(ctx, cfg)
 	if err != nil {
@@ -198,10 +186,36 @@ func (w *Wall) reap() {
 	err := w.cmd.Wait()
 	w.state = w.cmd.ProcessState
 	w.waitErr = err
+	<-w.pidsDone
 	if w.pids != nil {
 		w.pids.remove()
 	}
 	close(w.exited)
+}
+
+// holdPids puts the init, and so all of the run, in a cgroup of its own
+// limited to limit tasks, where postern may make one. The init waits for its
+// configuration before it starts anything, and the command waits for Start,
+// which waits for this. rlimit says RLIMIT_NPROC holds the run too.
+func (w *Wall) holdPids(limit int, rlimit bool) {
+	defer close(w.pidsDone)
+	cg, why := newPidsCgroup(limit)
+	if cg != nil {
+		if err := cg.add(w.cmd.Process.Pid); err != nil {
+			cg.remove()
+			cg, why = nil, err.Error()
+		}
+	}
+	w.pids = cg
+	switch {
+	case cg != nil:
+		w.pidsDesc = fmt.Sprintf("%d tasks (%s)", limit, cg)
+	case rlimit:
+		w.pidsDesc = fmt.Sprintf("%d processes of this user in the run's user namespace (RLIMIT_NPROC; no cgroup of its own: %s)", limit, why)
+	default:
+		w.pidsDesc = fmt.Sprintf("none: no cgroup of its own (%s), and RLIMIT_NPROC does not hold root", why)
+	}
+	w.logger.Debug("wall pids limit", "pid", w.cmd.Process.Pid, "held_by", w.pidsDesc)
 }
 
 // readEnding takes the init's last word, what became of the run's writes,
@@ -324,6 +338,7 @@ func (w *Wall) Start() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
+	<-w.pidsDone
 	reply, files, err := w.exchange(ctx, message{Type: msgStart})
 	for _, f := range files {
 		f.Close()
@@ -342,7 +357,10 @@ func (w *Wall) Start() error {
 
 // PidsLimit says what holds the run's processes and threads: its cgroup,
 // RLIMIT_NPROC, or, for root with no cgroup, nothing.
-func (w *Wall) PidsLimit() string { return w.pidsDesc }
+func (w *Wall) PidsLimit() string {
+	<-w.pidsDone
+	return w.pidsDesc
+}
 
 func (w *Wall) cmdName() string { return w.cmd.Args[0] }
 
