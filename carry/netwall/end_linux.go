@@ -171,11 +171,20 @@ func (m *mounted) finishGit(i int, e *Ending) {
 		}
 		named++
 	}
+	// A commondir the run wrote made its git keep objects and references
+	// elsewhere, in what is discarded: its top files would name them.
+	redirected := false
+	if t, _ := typeAt(m.layer, upper+"/commondir"); t != entryNone {
+		redirected = true
+	}
 	for _, name := range listDir(m.layer, upper) {
 		rel := upper + "/" + name
 		typ, mode := typeAt(m.layer, rel)
 		check, top := gitTopFile(name)
 		switch {
+		case top && redirected && typ == entryFile:
+			discard(name, "the run's git kept its objects elsewhere (it wrote commondir); its "+name+" was not copied back")
+		case top && redirected:
 		case top && (typ == entryFile || typ == entryWhiteout):
 			if idAt(g.host, name) != g.was[name] {
 				discard(name, "changed on the host during the run; the run's version was not copied back")

@@ -298,11 +298,19 @@ func TestWallFiles(t *testing.T) {
 		} {
 			writeTestFile(t, filepath.Join(tc.dir, "new-"+strings.ReplaceAll(tc.name, " ", "-")), "x\n")
 			r := runSpec(t, Spec{Command: []string{"sh", "-c", `set -e
-				git add -A && git commit -qm "from the run" && git log --oneline | head -1
-				git status --short | wc -l
-				` + plant}, Dir: tc.dir, Env: append(testEnv(home), "GD="+gitDir, "WT="+linked)}, nil)
+				git config user.email run@example.test
+				git add -A && git commit -qm "from the run" && git log --oneline | head -1`}, Dir: tc.dir, Env: testEnv(home)}, nil)
 			if r.code != 0 || !strings.Contains(r.stdout, "from the run") {
 				t.Fatalf("%s: git add && git commit inside the wall: exit %d %q %q", tc.name, r.code, r.stdout, r.stderr)
+			}
+			// The person's repository is as the run left it; then another
+			// run plants what git would obey.
+			if st := gitIn(t, tc.dir, home, "status", "--porcelain"); st != "" {
+				t.Errorf("%s: the host's work tree is not as the run committed it: %q", tc.name, st)
+			}
+			r = runSpec(t, Spec{Command: []string{"sh", "-c", "set -e\n" + plant}, Dir: tc.dir, Env: append(testEnv(home), "GD="+gitDir, "WT="+linked)}, nil)
+			if r.code != 0 {
+				t.Fatalf("%s: planting: exit %d %q %q", tc.name, r.code, r.stdout, r.stderr)
 			}
 			if strings.Contains(r.stdout, "GITFILE-WRITTEN") {
 				t.Errorf("%s: the linked work tree's .git file was written", tc.name)
@@ -313,7 +321,7 @@ func TestWallFiles(t *testing.T) {
 				t.Errorf("%s: the host's git log says %q, want the run's commit", tc.name, got)
 			}
 			if st := gitIn(t, tc.dir, home, "status", "--porcelain"); st != "" {
-				t.Errorf("%s: the host's work tree is not as the run committed it: %q", tc.name, st)
+				t.Errorf("%s: the host's work tree after the planting run: %q", tc.name, st)
 			}
 			gitIn(t, tc.dir, home, "commit", "-q", "--allow-empty", "-m", "host")
 			for _, f := range []string{"FSMONITOR-RAN", "HOOK-RAN"} {
