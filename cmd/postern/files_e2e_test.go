@@ -76,12 +76,12 @@ func personHome(t *testing.T) string {
 	t.Helper()
 	home := t.TempDir()
 	for name, body := range map[string]string{
-		".bashrc":                      "# the person's\n[ -f ~/.bash_aliases ] && . ~/.bash_aliases\n",
-		".profile":                     "# the person's\n",
-		".gitconfig":                   "[user]\n\tname = person\n\temail = person@example.test\n",
-		".config/systemd/user/.keep":   "",
-		".ssh/id_ed25519":              "-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n",
-		".ssh/known_hosts":             "example.test ssh-ed25519 AAAA\n",
+		".bashrc":                     "# the person's\n[ -f ~/.bash_aliases ] && . ~/.bash_aliases\n",
+		".profile":                    "# the person's\n",
+		".gitconfig":                  "[user]\n\tname = person\n\temail = person@example.test\n",
+		".config/systemd/user/.keep":  "",
+		".ssh/id_ed25519":             "-----BEGIN OPENSSH PRIVATE KEY-----\nsecret\n",
+		".ssh/known_hosts":            "example.test ssh-ed25519 AAAA\n",
 		".local/share/applications/x": "",
 	} {
 		p := filepath.Join(home, name)
@@ -194,7 +194,7 @@ func TestWallNothingARunWritesIsObeyedOnTheHost(t *testing.T) {
 	if len(w.Run.Writes) < 4 {
 		t.Errorf("the run record's writes: %q", w.Run.Writes)
 	}
-	if show := p.exec(t, "runs", "show", w.Run.ID); !regexp.MustCompile(`(?m)^writes +discarded `+regexp.QuoteMeta(filepath.Join(gitDir, "commondir"))).MatchString(show.Stdout) {
+	if show := p.exec(t, "runs", "show", w.Run.ID); !regexp.MustCompile(`(?m)^writes +discarded ` + regexp.QuoteMeta(filepath.Join(gitDir, "commondir"))).MatchString(show.Stdout) {
 		t.Errorf("runs show does not say what was discarded:\n%s", show.Stdout)
 	}
 }
