@@ -482,7 +482,7 @@ func TestContainerControlDirectoryAndPidsLimit(t *testing.T) {
 		if r.Code != 0 || st["plant"] == 0 {
 			t.Errorf("%v: exit %d, the control directory took a file (%v):\n%s%s", c.args, r.Code, st, r.Stdout, r.Stderr)
 		}
-		if !regexp.MustCompile(`== pids rc=0\n`+c.want+`\n`).MatchString(r.Stdout) {
+		if !regexp.MustCompile(`== pids rc=0\n` + c.want + `\n`).MatchString(r.Stdout) {
 			t.Errorf("%v: the container's pids.max, want %s:\n%s", c.args, c.want, r.Stdout)
 		}
 	}
