@@ -17,6 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -525,4 +527,40 @@ func TestWallFiles(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestInitStartsInItsCgroup starts the wall's init straight into a cgroup v2
+// cgroup (CLONE_INTO_CGROUP), as a run whose pids limit is held by cgroup v2
+// starts, with no move to wait for.
+func TestInitStartsInItsCgroup(t *testing.T) {
+	requireRoot(t)
+	_, v2, err := cgroupMounts()
+	if err != nil || v2 == "" {
+		t.Skipf("no cgroup v2 hierarchy mounted (%v)", err)
+	}
+	own, err := ownCgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(v2, own[""], cgroupPrefix+"test-"+randSuffix())
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Skipf("cannot make a cgroup v2 cgroup here: %v", err)
+	}
+	defer os.Remove(dir)
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(fd)
+	cmd, ctl, err := startInit(Spec{}, fd)
+	if err != nil {
+		t.Fatalf("start the init in %s: %v", dir, err)
+	}
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
+	ctl.Close() // the init ends when its control socket does
+	cmd.Wait()
+	want := "0::" + filepath.Join(own[""], filepath.Base(dir))
+	if !strings.Contains(string(b), want+"\n") {
+		t.Errorf("the init's cgroups:\n%s\nwant %s", b, want)
+	}
 }

@@ -48,16 +48,8 @@ func newPidsCgroup(limit int) (*pidsCgroup, string) {
 	}
 	name := fmt.Sprintf("%s%d-%s", cgroupPrefix, os.Getpid(), randSuffix())
 	var why []string
-	if v1 != "" {
-		if p, ok := own["pids"]; ok {
-			c, err := makeCgroup(filepath.Join(v1, p), name, limit, 1)
-			if err == nil {
-				return c, ""
-			}
-			why = append(why, err.Error())
-		}
-	}
 	if v2 != "" {
+		// First: the run starts in a v2 cgroup, with no move to wait for.
 		if p, ok := own[""]; ok {
 			base := filepath.Join(v2, p)
 			for _, parent := range []string{base, filepath.Dir(base)} {
@@ -70,6 +62,15 @@ func newPidsCgroup(limit int) (*pidsCgroup, string) {
 				}
 				why = append(why, err.Error())
 			}
+		}
+	}
+	if v1 != "" {
+		if p, ok := own["pids"]; ok {
+			c, err := makeCgroup(filepath.Join(v1, p), name, limit, 1)
+			if err == nil {
+				return c, ""
+			}
+			why = append(why, err.Error())
 		}
 	}
 	if len(why) == 0 {

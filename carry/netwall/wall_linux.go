@@ -113,45 +113,33 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		cfg.NProc = uint64(limit)
 	}
 
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	// Where the run's cgroup is a cgroup v2 one, the init starts in it
+	// (CLONE_INTO_CGROUP); a cgroup v1 one it is moved into beside the
+	// handshake, moving taking milliseconds there (v1 waits for RCU).
+	cg, why := newPidsCgroup(limit)
+	cgroupFD := -1
+	if cg != nil && cg.version == 2 {
+		if cgroupFD, err = unix.Open(cg.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			cg.remove()
+			cg, why = nil, err.Error()
+		}
+	}
+	cmd, ctl, err := startInit(spec, cgroupFD)
+	if err != nil && cgroupFD >= 0 {
+		// A kernel before 5.7, or a cgroup this user may not start in.
+		unix.Close(cgroupFD)
+		cgroupFD = -1
+		cg.remove()
+		cg, why = nil, fmt.Sprintf("start in cgroup %s: %v", cg.dir, err)
+		cmd, ctl, err = startInit(spec, -1)
+	}
+	if cgroupFD >= 0 {
+		unix.Close(cgroupFD)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("network wall: control socketpair: %w", err)
-	}
-	childEnd := os.NewFile(uintptr(fds[1]), "wall-control-child")
-	ctl, err := newChannel(os.NewFile(uintptr(fds[0]), "wall-control"))
-	if err != nil {
-		childEnd.Close()
-		return nil, fmt.Errorf("network wall: %w", err)
-	}
-
-	uid, gid := os.Getuid(), os.Getgid()
-	cmd := &exec.Cmd{
-		Path:       Self,
-		Args:       []string{Self, InitArg},
-		ExtraFiles: []*os.File{childEnd},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:                 cloneFlags,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
-			GidMappingsEnableSetgroups: false,
-			AmbientCaps:                initCaps,
-			Pdeathsig:                  syscall.SIGKILL,
-		},
-	}
-	// A nil *os.File in an io.Reader would not be nil: assign only real files.
-	if spec.Stdin != nil {
-		cmd.Stdin = spec.Stdin
-	}
-	if spec.Stdout != nil {
-		cmd.Stdout = spec.Stdout
-	}
-	if spec.Stderr != nil {
-		cmd.Stderr = spec.Stderr
-	}
-	err = cmd.Start()
-	childEnd.Close()
-	if err != nil {
-		ctl.Close()
+		if cg != nil {
+			cg.remove()
+		}
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
 			return nil, &KernelError{Step: StepUserns, Err: err, Remedy: remedy(StepUserns, errno, thisMachine())}
@@ -159,9 +147,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
 	}
 	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), pidsDone: make(chan struct{})}
-	// Moving a process between cgroups takes milliseconds (cgroup v1 waits
-	// for RCU): it goes on beside the handshake, and Start waits for it.
-	go w.holdPids(limit, cfg.NProc > 0)
+	go w.holdPids(cg, why, limit, cfg.NProc > 0)
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
@@ -193,14 +179,14 @@ func (w *Wall) reap() {
 	close(w.exited)
 }
 
-// holdPids puts the init, and so all of the run, in a cgroup of its own
-// limited to limit tasks, where postern may make one. The init waits for its
-// configuration before it starts anything, and the command waits for Start,
-// which waits for this. rlimit says RLIMIT_NPROC holds the run too.
-func (w *Wall) holdPids(limit int, rlimit bool) {
+// holdPids puts the init, and so all of the run, in cg, a cgroup of its own
+// limited to limit tasks, unless it started there (cgroup v2) or there is none
+// (why). The init waits for its configuration before it starts anything, and
+// the command waits for Start, which waits for this. rlimit says RLIMIT_NPROC
+// holds the run too.
+func (w *Wall) holdPids(cg *pidsCgroup, why string, limit int, rlimit bool) {
 	defer close(w.pidsDone)
-	cg, why := newPidsCgroup(limit)
-	if cg != nil {
+	if cg != nil && cg.version == 1 {
 		if err := cg.add(w.cmd.Process.Pid); err != nil {
 			cg.remove()
 			cg, why = nil, err.Error()
@@ -492,4 +478,52 @@ func dedupEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// startInit starts the wall's init in new namespaces, in the cgroup of
+// cgroupFD when it is not -1, with the control socket as its descriptor 3.
+func startInit(spec Spec, cgroupFD int) (*exec.Cmd, *channel, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control socketpair: %w", err)
+	}
+	childEnd := os.NewFile(uintptr(fds[1]), "wall-control-child")
+	ctl, err := newChannel(os.NewFile(uintptr(fds[0]), "wall-control"))
+	if err != nil {
+		childEnd.Close()
+		return nil, nil, err
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	cmd := &exec.Cmd{
+		Path:       Self,
+		Args:       []string{Self, InitArg},
+		ExtraFiles: []*os.File{childEnd},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:                 cloneFlags,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+			GidMappingsEnableSetgroups: false,
+			AmbientCaps:                initCaps,
+			Pdeathsig:                  syscall.SIGKILL,
+			UseCgroupFD:                cgroupFD >= 0,
+			CgroupFD:                   cgroupFD,
+		},
+	}
+	// A nil *os.File in an io.Reader would not be nil: assign only real files.
+	if spec.Stdin != nil {
+		cmd.Stdin = spec.Stdin
+	}
+	if spec.Stdout != nil {
+		cmd.Stdout = spec.Stdout
+	}
+	if spec.Stderr != nil {
+		cmd.Stderr = spec.Stderr
+	}
+	err = cmd.Start()
+	childEnd.Close()
+	if err != nil {
+		ctl.Close()
+		return nil, nil, err
+	}
+	return cmd, ctl, nil
 }
