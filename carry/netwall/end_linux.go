@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/internal/termtext"
 )
 
 // At the run's end, with every process of the run gone, the init brings home
@@ -203,6 +205,13 @@ func (m *mounted) finishGit(i int, e *Ending) {
 			if err != nil {
 				discard(name, "not what git writes there ("+err.Error()+"); it was not copied back")
 				continue
+			}
+			if name == "index" && g.Index {
+				if added := addedGitlinks(data, g.Gitlinks); len(added) > 0 {
+					discard(name, fmt.Sprintf("it adds the submodule(s) %s, where git on the host would obey a repository the run made; it was not copied back",
+						strings.Join(added, ", ")))
+					continue
+				}
 			}
 			if err := writeAt(g.host, name, data, mode); err != nil {
 				e.Problems = append(e.Problems, fmt.Sprintf("copy back %s: %v", path.Join(g.Dir, name), err))
@@ -411,3 +420,21 @@ func (m *mounted) keepHome() error {
 	}
 	return err
 }
+
+// addedGitlinks are the gitlinks of the index data that were not in before.
+func addedGitlinks(data []byte, before []string) []string {
+	links, err := indexGitlinks(data)
+	if err != nil {
+		return []string{"(an index whose entries cannot be read)"}
+	}
+	var out []string
+	for _, l := range links {
+		if !slices.Contains(before, l) {
+			out = append(out, termtextQuote(l))
+		}
+	}
+	return out
+}
+
+// termtextQuote shows a path the run chose as printable text.
+func termtextQuote(s string) string { return termtext.Printable(s) }

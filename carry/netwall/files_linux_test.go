@@ -564,3 +564,52 @@ func TestInitStartsInItsCgroup(t *testing.T) {
 		t.Errorf("the init's cgroups:\n%s\nwant %s", b, want)
 	}
 }
+
+// TestWallSubmodulesObeyNothing: git on the host goes into every submodule
+// of the index and obeys its configuration. A run may not add one (its index
+// is not copied back), nor change what an existing one's .git names or
+// holds; committing inside a submodule still works.
+func TestWallSubmodulesObeyNothing(t *testing.T) {
+	requireRoot(t)
+	home := testHome(t)
+	root := t.TempDir()
+	top := filepath.Join(root, "top")
+	src := filepath.Join(root, "src")
+	gitIn(t, root, home, "init", "-q", src)
+	gitIn(t, src, home, "commit", "-q", "--allow-empty", "-m", "sub")
+	gitIn(t, root, home, "init", "-q", top)
+	gitIn(t, top, home, "-c", "protocol.file.allow=always", "submodule", "add", "-q", src, "sm")
+	gitIn(t, top, home, "init", "-q", "embedded")
+	gitIn(t, filepath.Join(top, "embedded"), home, "commit", "-q", "--allow-empty", "-m", "e")
+	gitIn(t, top, home, "add", "embedded")
+	gitIn(t, top, home, "commit", "-qm", "with submodules")
+	marker := filepath.Join(root, "RAN")
+	r := runSpec(t, Spec{Command: []string{"sh", "-c", fmt.Sprintf(`set -e
+		git -C sm commit -q --allow-empty -m "in the submodule"
+		git init -q evil && git -C evil commit -q --allow-empty -m x
+		git -C evil config core.fsmonitor 'touch %[1]s; echo'
+		git add evil && git commit -qm "adds evil"
+		git -C sm config core.fsmonitor 'touch %[1]s; echo'
+		git -C embedded config core.fsmonitor 'touch %[1]s; echo'
+		(echo "gitdir: ../evil/.git" > sm/.git) 2>/dev/null && echo SM-GITFILE-WRITTEN
+		true`, marker)}, Dir: top, Env: testEnv(home)}, nil)
+	if r.code != 0 || strings.Contains(r.stdout, "WRITTEN") {
+		t.Fatalf("run: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	for _, args := range [][]string{{"status"}, {"diff"}, {"status", "--ignore-submodules=none"}} {
+		gitIn(t, top, home, args...)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Errorf("the host's git ran a submodule's fsmonitor that the run planted")
+	}
+	if got := gitIn(t, filepath.Join(top, "sm"), home, "log", "-1", "--format=%s"); got != "in the submodule" {
+		t.Errorf("the commit made inside the submodule: %q", got)
+	}
+	var why []string
+	for _, d := range r.ending.Discarded {
+		why = append(why, d.String())
+	}
+	if !slices.ContainsFunc(why, func(s string) bool { return strings.Contains(s, "adds the submodule(s) evil") }) {
+		t.Errorf("the ending does not say the run's index added a submodule: %q", why)
+	}
+}

@@ -1,6 +1,7 @@
 package netwall
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -121,6 +122,81 @@ func FuzzGitTopFile(f *testing.F) {
 		}
 		if strings.HasPrefix(string(data), "[") {
 			t.Fatalf("%s %q passed and reads as configuration", name, data)
+		}
+	})
+}
+
+// TestIndexGitlinks reads the submodules of indexes git itself wrote, of
+// every version and object format this git writes.
+func TestIndexGitlinks(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	for _, tc := range []struct {
+		name string
+		init []string
+		ver  string
+	}{
+		{"v2", []string{"init", "-q"}, "2"},
+		{"v3", []string{"init", "-q"}, "3"},
+		{"v4", []string{"init", "-q"}, "4"},
+		{"sha256-v4", []string{"init", "-q", "--object-format=sha256"}, "4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			git := func(d string, args ...string) error {
+				cmd := exec.Command("git", args...)
+				cmd.Dir = d
+				cmd.Env = append(os.Environ(), "HOME="+dir, "GIT_CONFIG_NOSYSTEM=1", "GIT_AUTHOR_NAME=a", "GIT_AUTHOR_EMAIL=a@example.test",
+					"GIT_COMMITTER_NAME=a", "GIT_COMMITTER_EMAIL=a@example.test")
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("git %v: %v\n%s", args, err, out)
+				}
+				return nil
+			}
+			if err := git(dir, tc.init...); err != nil {
+				t.Skip(err) // this git writes no such repository
+			}
+			for _, p := range []string{"a/x", "a/very/long/path/name/that/shares/a/prefix/y", "b"} {
+				os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755)
+				os.WriteFile(filepath.Join(dir, p), []byte(p), 0o644)
+			}
+			for _, sub := range []string{"mods/one", "mods/two"} {
+				args := append(append([]string{"init", "-q"}, tc.init[2:]...), sub)
+				must(t, git(dir, args...), nil)
+				must(t, git(filepath.Join(dir, sub), "commit", "-q", "--allow-empty", "-m", "x"), nil)
+			}
+			must(t, git(dir, "add", "-A"), nil)
+			os.WriteFile(filepath.Join(dir, "c"), []byte("c"), 0o644)
+			must(t, git(dir, "add", "--intent-to-add", "c"), nil) // an extended flag, in v3 and later
+			must(t, git(dir, "update-index", "--index-version", tc.ver), nil)
+			b, err := os.ReadFile(filepath.Join(dir, ".git", "index"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			links, err := indexGitlinks(b)
+			if err != nil || strings.Join(links, " ") != "mods/one mods/two" {
+				t.Errorf("gitlinks %q, %v; want mods/one mods/two", links, err)
+			}
+		})
+	}
+}
+
+func must(t *testing.T, err error, _ any) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func FuzzIndexGitlinks(f *testing.F) {
+	f.Add([]byte("DIRC\x00\x00\x00\x02\x00\x00\x00\x00" + strings.Repeat("\x00", 20)))
+	f.Add([]byte("DIRC\x00\x00\x00\x04\x00\x00\x00\x01" + strings.Repeat("\x00", 62) + "\x05a\x00" + strings.Repeat("\x00", 20)))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		links, err := indexGitlinks(b)
+		if err == nil && len(links) > len(b) {
+			t.Fatalf("%d gitlinks from %d bytes", len(links), len(b))
 		}
 	})
 }

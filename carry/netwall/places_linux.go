@@ -44,6 +44,10 @@ type gitPlace struct {
 	Dir string `json:"dir"`
 	// Bound are its subdirectories (of gitBound) bound for real: they existed.
 	Bound []string `json:"bound,omitempty"`
+	// Index says this git directory holds the work tree's index; Gitlinks
+	// are the submodules that index had before the run.
+	Index    bool     `json:"index,omitempty"`
+	Gitlinks []string `json:"gitlinks,omitempty"`
 }
 
 // gitBound are the subdirectories of a git directory a commit writes into:
@@ -79,7 +83,12 @@ func planLayout(dir string, env []string, f Files) (layout, error) {
 		}
 	}
 	l.Binds = append(l.Binds, top)
-	for _, gd := range gitDirs {
+	addGit := func(gd string) *gitPlace {
+		for i := range l.Git {
+			if l.Git[i].Dir == gd {
+				return &l.Git[i]
+			}
+		}
 		g := gitPlace{Dir: gd}
 		for _, sub := range gitBound {
 			if st, err := os.Lstat(filepath.Join(gd, sub)); err == nil && st.IsDir() {
@@ -87,7 +96,22 @@ func planLayout(dir string, env []string, f Files) (layout, error) {
 			}
 		}
 		l.Git = append(l.Git, g)
+		return &l.Git[len(l.Git)-1]
 	}
+	for _, gd := range gitDirs {
+		addGit(gd)
+	}
+	if len(gitDirs) > 0 {
+		// The git directory .git names holds the index: its submodules are
+		// held as the repository's own git directory is.
+		links := submodules(top, gitDirs[0], &l)
+		for _, sm := range submoduleGitDirs(top, links) {
+			addGit(sm)
+		}
+		g := addGit(gitDirs[0])
+		g.Index, g.Gitlinks = true, links
+	}
+	slices.SortFunc(l.Git, func(a, b gitPlace) int { return strings.Compare(a.Dir, b.Dir) })
 	// A linked work tree's .git file names its git directory: git obeys it.
 	if st, err := os.Lstat(filepath.Join(top, ".git")); err == nil && st.Mode().IsRegular() {
 		l.ReadOnly = append(l.ReadOnly, filepath.Join(top, ".git"))
@@ -335,8 +359,8 @@ func isWorktreeGitDir(d string) bool {
 
 // findRepo finds the work tree around dir and its git directories: .git, or
 // for a linked work tree or a submodule the directory its .git file names
-// and that directory's common directory. Outside a repository it returns dir
-// and none. It reads only small regular files, without blocking (see
+// (first: the one holding the index) and that directory's common directory.
+// Outside a repository it returns dir and none. It reads only small regular files, without blocking (see
 // readSmall): a .git that is a link to /proc/kmsg or a FIFO names nothing.
 func findRepo(dir string) (top string, gitDirs []string) {
 	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
@@ -355,7 +379,6 @@ func findRepo(dir string) (top string, gitDirs []string) {
 					if c := commonDir(r); c != "" && c != r {
 						dirs = append(dirs, c)
 					}
-					slices.Sort(dirs)
 					return d, dirs
 				}
 			}
@@ -560,4 +583,91 @@ func idAt(dirfd int, name string) fileID {
 		return fileID{}
 	}
 	return idOf(&st)
+}
+
+// maxIndex bounds the index read to find a repository's submodules.
+const maxIndex = 256 << 20
+
+// submodules are the gitlinks of the index in gd, the git directory of the
+// work tree top: each becomes a place of l as the work tree's .git is. A
+// populated submodule's .git file is held read-only (its git directory is
+// overlaid, see submoduleGitDirs), a .git directory in the work tree is
+// overlaid itself, and an unpopulated submodule's directory is held
+// read-only, so that no .git the run makes there is obeyed by the host's
+// git going into it.
+func submodules(top, gd string, l *layout) []string {
+	b, err := readBounded(filepath.Join(gd, "index"), maxIndex)
+	if err != nil {
+		return nil
+	}
+	links, err := indexGitlinks(b)
+	if err != nil {
+		return nil
+	}
+	for _, p := range links {
+		dir := filepath.Join(top, filepath.FromSlash(p))
+		if !strings.HasPrefix(dir, top+"/") {
+			continue
+		}
+		st, err := os.Lstat(filepath.Join(dir, ".git"))
+		switch {
+		case err == nil && st.Mode().IsRegular():
+			l.ReadOnly = append(l.ReadOnly, filepath.Join(dir, ".git"))
+		case err == nil && st.IsDir():
+			l.Git = append(l.Git, gitPlace{Dir: filepath.Join(dir, ".git"), Bound: existingDirs(filepath.Join(dir, ".git"), gitBound)})
+		case err != nil:
+			if st, err := os.Lstat(dir); err == nil && st.IsDir() {
+				l.ReadOnly = append(l.ReadOnly, dir)
+			}
+		}
+	}
+	return links
+}
+
+// submoduleGitDirs are the git directories the .git files of the work
+// tree's submodules name (in the superproject's modules/), as they really
+// are.
+func submoduleGitDirs(top string, links []string) []string {
+	var out []string
+	for _, p := range links {
+		f := filepath.Join(top, filepath.FromSlash(p), ".git")
+		if st, err := os.Lstat(f); err != nil || !st.Mode().IsRegular() {
+			continue
+		}
+		if gd := gitFileTarget(f); gd != "" {
+			if r, err := filepath.EvalSymlinks(gd); err == nil && isGitDir(r) && !slices.Contains(out, r) {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+func existingDirs(dir string, names []string) []string {
+	var out []string
+	for _, n := range names {
+		if st, err := os.Lstat(filepath.Join(dir, n)); err == nil && st.IsDir() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// readBounded reads a regular file of at most limit bytes without blocking
+// (see readSmall).
+func readBounded(p string, limit int64) ([]byte, error) {
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size > limit {
+		return nil, fmt.Errorf("%s is not a regular file of at most %d bytes", p, limit)
+	}
+	return io.ReadAll(io.LimitReader(f, limit))
 }

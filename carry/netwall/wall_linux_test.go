@@ -679,5 +679,5 @@ func TestWallUnprivileged(t *testing.T) {
 		// Not root: TestWall itself is the unprivileged run when userns allows it.
 		requireRoot(t)
 	}
-	testhosts.RerunAsNobody(t, "^(TestWall|TestWallFiles|TestRaiseRefusesWithRemedy|TestWallRefusalsRecorded)$", "TestWall", "TestWallFiles", "TestRaiseRefusesWithRemedy", "TestWallRefusalsRecorded")
+	testhosts.RerunAsNobody(t, "^(TestWall|TestWallFiles|TestWallSubmodulesObeyNothing|TestRaiseRefusesWithRemedy|TestWallRefusalsRecorded)$", "TestWall", "TestWallFiles", "TestWallSubmodulesObeyNothing", "TestRaiseRefusesWithRemedy", "TestWallRefusalsRecorded")
 }
