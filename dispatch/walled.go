@@ -132,6 +132,15 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	})
 	if err != nil {
 		var kerr *netwall.KernelError
+		var perr *netwall.PlaceError
+		if errors.As(err, &perr) {
+			// Refused before anything was spawned: a place the run may not
+			// have, named by the policy (its position first) or not.
+			if perr.Pos != "" {
+				return 0, &PolicyError{perr}
+			}
+			return 0, perr
+		}
 		if errors.As(err, &kerr) {
 			return 0, &carry.Refusal{Lane: w.Lane, Machine: w.Machine,
 				AtRunTime: fmt.Sprintf("the kernel refused the wall at run time (%s: %v)", kerr.Step, kerr.Err),

@@ -503,3 +503,30 @@ func TestRemoteRunsWriteByAllowList(t *testing.T) {
 		t.Error("the kept write reached the remote home itself")
 	}
 }
+
+// TestWallRefusesAWritablePlaceOverTheRecords: a writable entry that would
+// hold POSTERN_HOME, where it only shows at run time, is refused with its
+// position, before anything is spawned.
+func TestWallRefusesAWritablePlaceOverTheRecords(t *testing.T) {
+	testhosts.RequireRoot(t)
+	t.Parallel()
+	home := personHome(t)
+	state := filepath.Join(home, "agent-data", "postern")
+	if err := os.MkdirAll(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(measuredHome(t), "records.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(state, "records.db"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pol := writeFile(t, "over-records.hcl", "writable = [\"~/agent-data\"]\n")
+	p := poster{Home: state, Dir: t.TempDir(), Env: []string{"HOME=" + home}}
+	r := p.exec(t, "run", "--policy", pol, "--", "true")
+	want := pol + `:1:13: network wall: writable entry "~/agent-data" ` + filepath.Join(home, "agent-data") + ": a run may never write " + state
+	if r.Code != 2 || !strings.Contains(r.Stderr, want) {
+		t.Errorf("exit %d, stderr %q; want exit 2 and %q", r.Code, r.Stderr, want)
+	}
+}
