@@ -613,3 +613,43 @@ func TestWallSubmodulesObeyNothing(t *testing.T) {
 		t.Errorf("the ending does not say the run's index added a submodule: %q", why)
 	}
 }
+
+// TestWallWritableMountsAreNosuidNodev reads the run's own mount table: every
+// mount the run may write is nosuid and nodev (but its devpts, which must
+// hold its terminals' device nodes and where it can make none).
+func TestWallWritableMountsAreNosuidNodev(t *testing.T) {
+	requireRoot(t)
+	home := testHome(t)
+	repo := filepath.Join(t.TempDir(), "repo")
+	gitIn(t, home, home, "init", "-q", repo)
+	writeTestFile(t, filepath.Join(home, ".claude", "x"), "")
+	r := runSpec(t, Spec{Command: []string{"cat", "/proc/self/mountinfo"}, Dir: repo, Env: testEnv(home),
+		Files: Files{Writable: []Place{{Path: "~/.claude"}}}}, nil)
+	// Of mounts stacked on one path only the last is reachable.
+	top := map[string][]string{}
+	for _, line := range strings.Split(r.stdout, "\n") {
+		if f := strings.Fields(line); len(f) >= 6 {
+			top[f[4]] = f
+		}
+	}
+	var rw []string
+	for _, f := range top {
+		sep := slices.Index(f, "-")
+		if sep < 0 || len(f) < sep+2 {
+			continue
+		}
+		mnt, opts, fstype := f[4], strings.Split(f[5], ","), f[sep+1]
+		if !slices.Contains(opts, "rw") || fstype == "devpts" {
+			continue
+		}
+		rw = append(rw, mnt)
+		if !slices.Contains(opts, "nosuid") || !slices.Contains(opts, "nodev") {
+			t.Errorf("%s (%s) is writable inside the run without nosuid and nodev: %s", mnt, fstype, f[5])
+		}
+	}
+	for _, want := range []string{home, repo, filepath.Join(home, ".claude"), filepath.Join(repo, ".git")} {
+		if !slices.Contains(rw, want) {
+			t.Errorf("%s is not among the run's writable mounts %v", want, rw)
+		}
+	}
+}

@@ -339,6 +339,9 @@ func privateMounts(cfg initConfig) (*mounted, error) {
 		return nil, fmt.Errorf("hold the run's places: %w", err)
 	}
 	resolvPath, resolvData := resolvConfUnder()
+	if err := sealHost(); err != nil {
+		return nil, fmt.Errorf("make the host read-only: %w", err)
+	}
 	var base string
 	for _, r := range hiddenRoots {
 		if st, err := os.Stat(r.path); err != nil || !st.IsDir() {
@@ -372,12 +375,8 @@ func privateMounts(cfg initConfig) (*mounted, error) {
 	if err := ownTerminals(); err != nil {
 		return nil, err
 	}
-	own := []string{"/dev/pts"}
-	for _, r := range hiddenRoots {
-		own = append(own, r.path)
-	}
-	if err := sealHost(own, filepath.Join(layer, layerVoidFile)); err != nil {
-		return nil, fmt.Errorf("make the host read-only: %w", err)
+	if err := sealKernel(filepath.Join(layer, layerVoidFile)); err != nil {
+		return nil, fmt.Errorf("make the kernel's settings and devices unreachable: %w", err)
 	}
 	if err := applyLayout(l, held, layer); err != nil {
 		return nil, err

@@ -18,11 +18,12 @@ import (
 // just the run: kernel settings, IRQ affinity, the sysrq trigger.
 var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"}
 
-// sealHost makes every filesystem the run shares with the host read-only,
-// except what is its own (own: the fresh /tmp, /run, /dev/shm, /dev/pts and
-// the private layer) and the fresh /proc, whose kernel-wide parts (/proc/sys
-// ...) are read-only too. The places the run writes are added afterwards,
-// over the sealed view (see applyLayout).
+// sealHost makes every filesystem the run shares with the host read-only:
+// every mount of the run's mount namespace, as it was copied from the host's,
+// before anything of the run's covers one (so those a fresh /tmp, /run or
+// /proc will cover are sealed too, not left writable beneath). The run's own
+// mounts and the places it writes are added afterwards, over the sealed view
+// (see sealKernel and applyLayout).
 //
 // When postern runs as root, the run's uid is the host's root: capabilities
 // dropped, but owner of nearly every host file. Without this it could leave
@@ -30,7 +31,23 @@ var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/p
 // root outside every namespace on the next crash, a file in /etc/cron.d runs
 // outside within a minute, /sys/power/state suspends the machine, /dev/vda is
 // the host's disk.
-func sealHost(own []string, void string) error {
+func sealHost() error {
+	mounts, err := mountPoints()
+	if err != nil {
+		return err
+	}
+	for _, m := range mounts {
+		if err := readOnly(m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sealKernel makes the kernel-wide parts of the run's fresh /proc read-only
+// (/proc/sys, the sysrq trigger ...) and masks the host's device nodes with
+// void, an empty file no one may open.
+func sealKernel(void string) error {
 	for _, p := range procReadOnly {
 		if _, err := os.Lstat(p); err != nil {
 			continue
@@ -38,23 +55,11 @@ func sealHost(own []string, void string) error {
 		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind %s onto itself: %w", p, err)
 		}
-	}
-	if err := maskDevices(void); err != nil {
-		return err
-	}
-	mounts, err := mountPoints()
-	if err != nil {
-		return err
-	}
-	for _, m := range mounts {
-		if m == "/proc" || under(m, own) {
-			continue
-		}
-		if err := readOnly(m); err != nil {
+		if err := readOnly(p); err != nil {
 			return err
 		}
 	}
-	return nil
+	return maskDevices(void)
 }
 
 // readOnly makes the mount at path read-only, keeping its other flags.
