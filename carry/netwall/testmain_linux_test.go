@@ -143,10 +143,7 @@ func testSetID(dir string) int {
 			_, _, e := unix.Syscall6(unix.SYS_FCHMODAT2, uintptr(dfd), uintptr(unsafe.Pointer(cstr("plain"))), 0o4755, 0, 0, 0)
 			return errnoErr(e)
 		}},
-		{"open", func() error {
-			_, _, e := unix.Syscall(unix.SYS_OPEN, uintptr(unsafe.Pointer(cstr(p("open")))), unix.O_CREAT|unix.O_WRONLY, 0o4755)
-			return errnoErr(e)
-		}},
+		{"open", func() error { return rawOpen(p("open"), unix.O_CREAT|unix.O_WRONLY, 0o4755) }},
 		{"openat", func() error { _, err := unix.Openat(dfd, "openat", unix.O_CREAT|unix.O_WRONLY, 0o2755); return err }},
 		{"openat-tmpfile", func() error { _, err := unix.Openat(dfd, ".", unix.O_TMPFILE|unix.O_WRONLY, 0o4755); return err }},
 		{"creat", func() error { _, err := unix.Creat(p("creat"), 0o4755); return err }},
