@@ -43,8 +43,8 @@ var needs = map[string]struct {
 	carry Carry
 	rungs []string
 }{
-	machine.LaneLocalLinux:     {NetworkWall, []string{probe.RungNetns}},
-	machine.LaneRemoteLinux:    {NetworkWall, []string{probe.RungNetns, probe.RungNetnsRedirect, probe.RungLandlock}},
+	machine.LaneLocalLinux:     {NetworkWall, []string{probe.RungNetns, probe.RungOverlay}},
+	machine.LaneRemoteLinux:    {NetworkWall, []string{probe.RungNetns, probe.RungNetnsRedirect, probe.RungLandlock, probe.RungOverlay}},
 	machine.LaneLocalMacOS:     {ConnectDoor, []string{probe.RungSeatbeltNetworkDeny}},
 	machine.LaneRemoteMacOS:    {ConnectDoor, []string{probe.RungSeatbeltNetworkDeny}},
 	machine.LaneLocalContainer: {ContainerBridge, []string{probe.RungNetnsRedirect, probe.RungContainer}},

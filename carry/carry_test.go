@@ -14,7 +14,7 @@ var measured = time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
 
 func recordWith(yes ...string) *probe.Record {
 	rec := &probe.Record{Name: "m", Kernel: "6.1.0", MeasuredAt: measured, Rungs: map[string]probe.Rung{}}
-	for _, name := range []string{probe.RungUserns, probe.RungNetns, probe.RungNetnsRedirect, probe.RungIPv6, probe.RungLandlock, probe.RungSeatbeltNetworkDeny, probe.RungContainer} {
+	for _, name := range []string{probe.RungUserns, probe.RungNetns, probe.RungNetnsRedirect, probe.RungIPv6, probe.RungLandlock, probe.RungSeatbeltNetworkDeny, probe.RungContainer, probe.RungOverlay} {
 		rec.Rungs[name] = probe.Rung{Result: probe.No, Detail: name + " refused", Remedy: "fix " + name}
 	}
 	for _, name := range yes {
@@ -102,7 +102,7 @@ func TestChooseStaleKernel(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "kernel 6.1.0") {
 		t.Fatalf("err = %v, want a refusal naming the measured kernel", err)
 	}
-	if _, err := Choose(recordWith(probe.RungNetns), Spec{Machine: "m", Lane: machine.LaneLocalLinux, Kernel: "6.1.0"}); err != nil {
+	if _, err := Choose(recordWith(probe.RungNetns, probe.RungOverlay), Spec{Machine: "m", Lane: machine.LaneLocalLinux, Kernel: "6.1.0"}); err != nil {
 		t.Fatalf("same kernel refused: %v", err)
 	}
 }

@@ -90,6 +90,14 @@ func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m ma
 	return finish(ctx, store, run, code, err)
 }
 
+// pidsLimit is --pids-limit, else the policy's pids_limit.
+func pidsLimit(spec Spec, pol *policy.Policy) int {
+	if spec.PidsLimit > 0 {
+		return spec.PidsLimit
+	}
+	return pol.PidsLimit
+}
+
 // runInContainer starts the container, raises the wall in its network namespace
 // (unless it has no network), serves the door on the host and supervises the
 // command as a local walled run is supervised.
@@ -116,6 +124,7 @@ func runInContainer(ctx context.Context, store *records.Store, run *records.Run,
 		NoNetwork: noNetwork,
 		Open:      open,
 		TTY:       tty,
+		PidsLimit: pidsLimit(spec, pol),
 		Env:       env,
 		Stdin:     spec.Stdin,
 		Stdout:    spec.Stdout,

@@ -34,6 +34,12 @@ type Spec struct {
 	Command    []string
 	Dir        string
 	Env        []string
+	// KeepHome keeps what the run writes in its home outside its writable
+	// places (its private layer), in a directory of postern's named at the
+	// end, rather than discarding it.
+	KeepHome bool
+	// PidsLimit overrides the policy's pids_limit when set.
+	PidsLimit int
 
 	Stdin          *os.File
 	Stdout, Stderr *os.File

@@ -6,11 +6,13 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
@@ -42,6 +44,10 @@ next:
 // connect-door carry under the seatbelt. recorded returns once the running
 // record is durable; the command does not start before.
 func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy, pins map[string][]netip.Addr, recorded func() error) (int, error) {
+	files, err := localFiles(store, run.ID, spec.KeepHome)
+	if err != nil {
+		return 0, err
+	}
 	evlog := newEventLog(store, run, spec)
 	walled := RunWalled
 	if run.Carry == string(carry.ConnectDoor) {
@@ -55,7 +61,8 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 		Signals: spec.Signals, Emit: evlog.Emit,
 		BeforeStart: recorded,
 		Logger:      spec.Logger, Warn: spec.Warn,
-		OnGuarded: func(g []string) { run.Guarded = g },
+		Files: files, PidsLimit: spec.PidsLimit,
+		OnWrites: func(lines []string) { run.Writes = lines },
 	})
 	logErr := closeEventLog(ctx, evlog, run)
 	if runErr != nil {
@@ -66,6 +73,31 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 		fmt.Fprintf(spec.Warn, "postern: run %s: %v\n", run.ID, logErr)
 	}
 	return code, nil
+}
+
+// localFiles are what a local run may never write: the records (POSTERN_HOME)
+// are masked, this binary and the agents it installs on other machines held
+// read-only where the run writes. With keep, the home's private layer is kept
+// under the records' directory, in kept/RUN.
+func localFiles(store *records.Store, run string, keep bool) (netwall.Files, error) {
+	state := filepath.Dir(store.Path())
+	f := netwall.Files{Protect: []string{state}}
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		f.ReadOnly = append(f.ReadOnly, exe, filepath.Join(filepath.Dir(exe), "agents"))
+	}
+	if d := os.Getenv("POSTERN_AGENT_DIR"); d != "" {
+		f.ReadOnly = append(f.ReadOnly, d)
+	}
+	if keep {
+		f.KeepHome = filepath.Join(state, "kept", run)
+		if err := os.MkdirAll(f.KeepHome, 0o700); err != nil {
+			return f, fmt.Errorf("make the directory to keep the run's home in: %w", err)
+		}
+	}
+	return f, nil
 }
 
 // runOpen runs the command with no wall: the person asked for it with --egress-open.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"time"
@@ -257,6 +258,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 		ID: run.ID, Machine: m.Name, Lane: run.Lane, Command: spec.Command,
 		Env: remoteEnv(spec.Env), Policy: src, PolicyAt: spec.PolicyPath,
 		AddHosts: spec.AddHosts, Resolver: spec.Resolver, Open: run.EgressOpenReason,
+		KeepHome: spec.KeepHome, PidsLimit: spec.PidsLimit,
 	}
 	cio := agent.ClientIO{Stdout: spec.Stdout, Stderr: spec.Stderr, Signals: spec.Signals}
 	if spec.Stdin != nil {
@@ -300,13 +302,13 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	if logErr != nil {
 		fmt.Fprintf(spec.Warn, "postern: run %s: %v\n", run.ID, logErr)
 	}
-	if len(exit.Guarded) > 0 {
+	if len(exit.Writes) > 0 {
 		// Sentences from the remote machine: shown only as printable text.
-		run.Guarded = make([]string, len(exit.Guarded))
-		for i, g := range exit.Guarded {
-			run.Guarded[i] = termtext.Printable(g)
+		run.Writes = make([]string, len(exit.Writes))
+		for i, g := range exit.Writes {
+			run.Writes[i] = termtext.Printable(g)
 		}
-		warnGuarded(spec.Warn, run.ID, run.Guarded)
+		tellWrites(spec.Warn, run.ID, run.Writes)
 	}
 	switch {
 	case exit.Refused:
@@ -382,9 +384,23 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 	if err != nil {
 		return 0, err
 	}
+	files, err := agentFiles(req)
+	if err != nil {
+		return 0, err
+	}
 	dir := req.Dir
 	if dir == "" {
-		dir, _ = os.UserHomeDir()
+		// Not the home, which a run never writes for real: a directory of
+		// the run's own, removed at its end if it is left empty.
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return 0, fmt.Errorf("the run's directory: %w", err)
+		}
+		dir = filepath.Join(dataHome(home), "postern", "runs", req.ID)
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return 0, fmt.Errorf("make the run's directory: %w", err)
+		}
+		defer os.Remove(dir)
 	}
 	env := append(os.Environ(), req.Env...)
 	walled, onStart := RunWalled, func() {
@@ -403,8 +419,9 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,
-		OnGuarded: rio.Guarded, // told to the person at home, with the exit
-		Signals:   rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
+		Files: files, PidsLimit: req.PidsLimit, Where: req.Machine,
+		OnWrites: rio.Writes, // told to the person at home, with the exit
+		Signals:  rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
 		OnStart:       onStart,
 		Landlock:      true,
 		NeverWritable: agentDir(),
@@ -415,6 +432,50 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		return 0, &agent.RefusedError{Reason: ref.AtRunTime, Fix: ref.Fix}
 	}
 	return code, err
+}
+
+// agentFiles are what a remote run may never write: the agents' directory
+// (which holds this agent) and a POSTERN_HOME of the remote's own are
+// masked. With KeepHome, the home's private layer is kept on the remote, in
+// ~/.local/state/postern/kept/RUN.
+func agentFiles(req agent.RunRequest) (netwall.Files, error) {
+	var f netwall.Files
+	if exe, err := os.Executable(); err == nil {
+		if real, err := filepath.EvalSymlinks(exe); err == nil {
+			exe = real
+		}
+		// Installed as DIR/HASH/postern: DIR holds every version.
+		f.Protect = append(f.Protect, filepath.Dir(filepath.Dir(exe)))
+	}
+	if p, err := records.DefaultPath(); err == nil {
+		f.Protect = append(f.Protect, filepath.Dir(p))
+	}
+	if req.KeepHome {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return f, fmt.Errorf("keep the run's home: %w", err)
+		}
+		f.KeepHome = filepath.Join(stateHome(home), "postern", "kept", req.ID)
+		if err := os.MkdirAll(f.KeepHome, 0o700); err != nil {
+			return f, fmt.Errorf("make the directory to keep the run's home in: %w", err)
+		}
+	}
+	return f, nil
+}
+
+// dataHome and stateHome are the XDG base directories under home.
+func dataHome(home string) string {
+	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+		return d
+	}
+	return filepath.Join(home, ".local", "share")
+}
+
+func stateHome(home string) string {
+	if d := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(d) {
+		return d
+	}
+	return filepath.Join(home, ".local", "state")
 }
 
 // serveOpenRun is the agent's side of a run with no wall (--egress-open): the

@@ -92,9 +92,9 @@ func RunSeatbelt(ctx context.Context, w Walled) (int, error) {
 			w.Logger.Info("guarded path changed by the run", "run", w.Run, "path", c.Path, "what", c.What)
 			guarded[i] = c.String()
 		}
-		warnGuarded(w.Warn, w.Run, guarded)
-		if w.OnGuarded != nil {
-			w.OnGuarded(guarded)
+		tellWrites(w.Warn, w.Run, guarded)
+		if w.OnWrites != nil {
+			w.OnWrites(guarded)
 		}
 	}
 	if runErr != nil {

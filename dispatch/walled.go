@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -60,11 +62,19 @@ type Walled struct {
 	// NeverWritable are more of postern's own places the run may not write
 	// (the agent's directory); the connect-door carry guards them.
 	NeverWritable []string
+	// Files is what the run may do with the host's files (see netwall.Files):
+	// the policy's writable, deny_read and allow_read are added to it.
+	Files netwall.Files
+	// PidsLimit overrides the policy's pids_limit when set.
+	PidsLimit int
+	// Where names the machine in what the person is told about the run's
+	// writes ("" for this one).
+	Where string
 
 	Logger *slog.Logger
 	Warn   io.Writer // teardown problems meant for the person
-	// OnGuarded, when set, receives what warnGuarded told the person.
-	OnGuarded func(guarded []string)
+	// OnWrites, when set, receives what tellWrites told the person.
+	OnWrites func(lines []string)
 }
 
 // RunWalled raises the wall, serves the door on its listeners, starts the command
@@ -105,20 +115,35 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	if tty != nil {
 		defer tty.close()
 	}
+	pids := w.PidsLimit
+	if pids <= 0 {
+		pids = w.Policy.PidsLimit
+	}
 	wall, err := netwall.Raise(ctx, netwall.Spec{
-		Command: w.Command,
-		Dir:     w.Dir,
-		Env:     walledEnv(w.Env),
-		Ports:   w.Policy.Ports,
-		AllTCP:  observe,
-		Stdin:   stdin,
-		Stdout:  stdout,
-		Stderr:  stderr,
-		TTY:     ownTTY || (tty != nil && tty.keys != nil),
-		Logger:  w.Logger,
+		Command:   w.Command,
+		Dir:       w.Dir,
+		Env:       walledEnv(w.Env),
+		Ports:     w.Policy.Ports,
+		AllTCP:    observe,
+		Stdin:     stdin,
+		Stdout:    stdout,
+		Stderr:    stderr,
+		TTY:       ownTTY || (tty != nil && tty.keys != nil),
+		Files:     policyFiles(w.Files, w.Policy),
+		PidsLimit: pids,
+		Logger:    w.Logger,
 	})
 	if err != nil {
 		var kerr *netwall.KernelError
+		var perr *netwall.PlaceError
+		if errors.As(err, &perr) {
+			// Refused before anything was spawned: a place the run may not
+			// have, named by the policy (its position first) or not.
+			if perr.Pos != "" {
+				return 0, &PolicyError{perr}
+			}
+			return 0, perr
+		}
 		if errors.As(err, &kerr) {
 			return 0, &carry.Refusal{Lane: w.Lane, Machine: w.Machine,
 				AtRunTime: fmt.Sprintf("the kernel refused the wall at run time (%s: %v)", kerr.Step, kerr.Err),
@@ -127,6 +152,9 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		return 0, fmt.Errorf("raise the network wall: %w", err)
 	}
 	defer wall.Close()
+	if lim := wall.PidsLimit(); strings.HasPrefix(lim, "none") {
+		fmt.Fprintf(w.Warn, "postern: run %s: its processes are not limited: %s\n", w.Run, lim)
+	}
 
 	if w.BeforeStart != nil {
 		if err := w.BeforeStart(); err != nil {
@@ -137,15 +165,13 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 		return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	})
-	if changes := wall.GuardChanges(); len(changes) > 0 {
-		guarded := make([]string, len(changes))
-		for i, c := range changes {
-			w.Logger.Info("guarded path changed by the run", "run", w.Run, "path", c.Path, "what", c.What)
-			guarded[i] = c.String()
+	if lines := writeLines(wall.Ending(), w.Where); len(lines) > 0 {
+		for _, l := range lines {
+			w.Logger.Info("run's writes", "run", w.Run, "what", l)
 		}
-		warnGuarded(w.Warn, w.Run, guarded)
-		if w.OnGuarded != nil {
-			w.OnGuarded(guarded)
+		tellWrites(w.Warn, w.Run, lines)
+		if w.OnWrites != nil {
+			w.OnWrites(lines)
 		}
 	}
 	if runErr != nil {
@@ -158,12 +184,57 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	return code, nil
 }
 
-// warnGuarded tells the person, once the run is over, about each file that
-// programs outside the wall obey and the run made, replaced or changed (see
-// netwall.Wall.GuardChanges).
-func warnGuarded(w io.Writer, run string, guarded []string) {
-	for _, g := range guarded {
-		fmt.Fprintf(w, "postern: run %s: %s. Programs outside the wall obey it (a shell at login, git, ssh, systemd): if you did not make this change, read it before they do.\n", run, g)
+// policyFiles adds the policy's writable, deny_read and allow_read to f.
+func policyFiles(f netwall.Files, p *policy.Policy) netwall.Files {
+	places := func(rs []policy.PathRule) []netwall.Place {
+		out := make([]netwall.Place, len(rs))
+		for i, r := range rs {
+			out[i] = netwall.Place{Path: r.Text, Pos: r.Pos}
+		}
+		return out
+	}
+	f.Writable = append(slices.Clone(f.Writable), places(p.Writable)...)
+	f.DenyRead = append(slices.Clone(f.DenyRead), places(p.DenyRead)...)
+	f.AllowRead = append(slices.Clone(f.AllowRead), places(p.AllowRead)...)
+	return f
+}
+
+// writeLines says, one sentence each, what became of a run's writes that did
+// not reach the host as written; where names the machine ("" for this one).
+func writeLines(e netwall.Ending, where string) []string {
+	var out []string
+	for _, d := range e.Discarded {
+		out = append(out, "discarded "+d.String())
+	}
+	on := ""
+	if where != "" {
+		on = " on machine " + where
+	}
+	if e.HomeWrites > 0 {
+		some := strings.Join(e.HomeSample, ", ")
+		if e.HomeWrites > len(e.HomeSample) {
+			some += ", ..."
+		}
+		what := fmt.Sprintf("%d file(s) it wrote in the home outside its writable places (%s)", e.HomeWrites, some)
+		if e.Kept != "" {
+			out = append(out, fmt.Sprintf("%s were kept in %s%s", what, e.Kept, on))
+		} else {
+			out = append(out, what+" were discarded; --keep-home keeps them, writable in the policy lets them through")
+		}
+	} else if e.Kept != "" {
+		out = append(out, fmt.Sprintf("its home's private layer is kept in %s%s", e.Kept, on))
+	}
+	for _, p := range e.Problems {
+		out = append(out, "could not bring a write home: "+p)
+	}
+	return out
+}
+
+// tellWrites tells the person, once the run is over, what became of its
+// writes that did not reach the host as written.
+func tellWrites(w io.Writer, run string, lines []string) {
+	for _, l := range lines {
+		fmt.Fprintf(w, "postern: run %s: %s\n", run, l)
 	}
 }
 

@@ -22,6 +22,9 @@ const (
 	// SeatbeltArg DOOR OTHER runs under the connect-door profile (macOS): it
 	// talks to the door's port, and tries a connection the profile denies.
 	SeatbeltArg = "__probe-seatbelt"
+	// OverlayArg DIR lays a private layer over DIR/lower inside new user and
+	// mount namespaces, as the wall does over a run's home, and checks it.
+	OverlayArg = "__probe-overlay"
 )
 
 // Options name what is measured and by which postern.

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -43,6 +44,7 @@ func rungs() []rung {
 		{RungNetnsRedirect, func(ctx context.Context) Rung { return measureRedirect(ctx, redirectTarget4) }},
 		{RungIPv6, func(ctx context.Context) Rung { return measureRedirect(ctx, redirectTarget6) }},
 		{RungLandlock, measureLandlock},
+		{RungOverlay, measureOverlay},
 		{RungContainer, measureContainer},
 	}
 }
@@ -99,8 +101,8 @@ func idMaps() ([]syscall.SysProcIDMap, []syscall.SysProcIDMap) {
 // runChild runs the probe binary with arg in the namespaces attr asks for and
 // returns the report it printed. A kernel refusal to create the namespaces
 // is returned as the error of starting it.
-func runChild(ctx context.Context, arg string, attr *syscall.SysProcAttr) (childReport, error) {
-	cmd := exec.CommandContext(ctx, netwall.Self, arg)
+func runChild(ctx context.Context, arg string, attr *syscall.SysProcAttr, args ...string) (childReport, error) {
+	cmd := exec.CommandContext(ctx, netwall.Self, append([]string{arg}, args...)...)
 	cmd.Args[0] = netwall.Self
 	cmd.SysProcAttr = attr
 	var stdout, stderr bytes.Buffer
@@ -169,8 +171,18 @@ func measureRedirect(ctx context.Context, target netip.AddrPort) Rung {
 		b, _ := io.ReadAll(io.LimitReader(pr, 64<<10))
 		output <- strings.TrimSpace(string(b))
 	}()
+	// A directory of the rung's own to work in: a run never works in the
+	// home or the machine's directories.
+	dir, err := os.MkdirTemp("", "postern-probe-")
+	if err != nil {
+		pw.Close()
+		<-output
+		return no(fmt.Sprintf("make a directory to run in: %v", err), "")
+	}
+	defer os.RemoveAll(dir)
 	w, err := netwall.Raise(ctx, netwall.Spec{
 		Command: []string{"/proc/self/exe", ConnectArg, target.String()},
+		Dir:     dir,
 		Ports:   []uint16{target.Port()},
 		Stdout:  pw,
 		Stderr:  pw,
@@ -287,6 +299,21 @@ func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer)
 		}
 		fmt.Fprintln(stdout, probeOK)
 		return 0
+	case OverlayArg:
+		rep := checkUserns()
+		if rep.Error == "" {
+			if len(args) != 1 {
+				rep = childReport{Error: "usage: " + OverlayArg + " DIR"}
+			} else {
+				rep = checkOverlay(args[0])
+			}
+		}
+		b, _ := json.Marshal(rep)
+		fmt.Fprintln(stdout, string(b))
+		if rep.Error != "" {
+			return 1
+		}
+		return 0
 	case UsernsArg, NetnsArg:
 		rep := checkUserns()
 		if arg == NetnsArg && rep.Error == "" {
@@ -387,4 +414,119 @@ func checkNetns() childReport {
 		detail += fmt.Sprintf("; no IPv6 default route (%v)", v6err)
 	}
 	return childReport{Detail: detail}
+}
+
+// remedyOverlay is what lets the wall lay its private layers.
+const remedyOverlay = "the wall keeps what a run writes in its home in an overlay whose upper layer is a tmpfs of the run's user namespace: " +
+	"use Linux 6.6 or later (tmpfs with user extended attributes; overlayfs in user namespaces since 5.11, mount_setattr since 5.12) " +
+	"built with CONFIG_OVERLAY_FS and CONFIG_TMPFS_XATTR; when postern runs in a container, seccomp must allow mount, open_tree and move_mount"
+
+// measureOverlay lays a private layer over a directory of its own in a child
+// of new user and mount namespaces, as the wall does over a run's home.
+func measureOverlay(ctx context.Context) Rung {
+	dir, err := os.MkdirTemp("", "postern-probe-overlay-")
+	if err != nil {
+		return no(fmt.Sprintf("make a directory to lay the layer over: %v", err), "")
+	}
+	defer os.RemoveAll(dir)
+	for _, d := range []string{"lower/gone", "lower/sub", "layer"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			return no(fmt.Sprintf("prepare %s: %v", dir, err), "")
+		}
+	}
+	for _, f := range []string{"lower/keep", "lower/gone/old", "lower/sub/f"} {
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("host\n"), 0o644); err != nil {
+			return no(fmt.Sprintf("prepare %s: %v", dir, err), "")
+		}
+	}
+	uids, gids := idMaps()
+	rep, err := runChild(ctx, OverlayArg, &syscall.SysProcAttr{
+		Cloneflags:                 unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
+		UidMappings:                uids,
+		GidMappings:                gids,
+		GidMappingsEnableSetgroups: false,
+		AmbientCaps:                []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_DAC_OVERRIDE},
+		Pdeathsig:                  syscall.SIGKILL,
+	}, dir)
+	if err != nil {
+		return no(fmt.Sprintf("create user and mount namespaces: %v", err), netwall.Remedy(netwall.StepUserns, err))
+	}
+	if err := rep.err(); err != nil {
+		return no(fmt.Sprintf("lay a private layer (%s): %v", rep.Step, err), remedyOverlay)
+	}
+	// What the child wrote stayed in its layer.
+	for f, want := range map[string]string{"lower/keep": "host\n", "lower/gone/old": "host\n", "lower/sub/f": "host\n"} {
+		if b, err := os.ReadFile(filepath.Join(dir, f)); err != nil || string(b) != want {
+			return no(fmt.Sprintf("a write through the layer reached %s: %q, %v", f, b, err), remedyOverlay)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "lower", "new")); err == nil {
+		return no("a file made through the layer appeared below it", remedyOverlay)
+	}
+	return yes(rep.Detail)
+}
+
+// checkOverlay runs inside new user and mount namespaces: it lays a tmpfs
+// layer over dir/lower, changes what is there every way a run may, checks
+// what it sees, and clones and attaches a read-only mount as the wall does.
+func checkOverlay(dir string) childReport {
+	step := "overlay"
+	fail := func(err error) childReport { return report(step, err) }
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fail(fmt.Errorf("make / private: %w", err))
+	}
+	lower := filepath.Join(dir, "lower")
+	layer := filepath.Join(dir, "layer")
+	lfd, err := unix.Open(lower, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fail(err)
+	}
+	defer unix.Close(lfd)
+	if err := unix.Mount("tmpfs", layer, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700"); err != nil {
+		return fail(fmt.Errorf("mount tmpfs: %w", err))
+	}
+	for _, d := range []string{"upper", "work"} {
+		if err := os.Mkdir(filepath.Join(layer, d), 0o700); err != nil {
+			return fail(err)
+		}
+	}
+	opts := fmt.Sprintf("userxattr,lowerdir=/proc/self/fd/%d,upperdir=%s/upper,workdir=%s/work", lfd, layer, layer)
+	if err := unix.Mount("overlay", lower, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return fail(fmt.Errorf("mount overlay: %w", err))
+	}
+	if err := os.WriteFile(filepath.Join(lower, "new"), []byte("run\n"), 0o644); err != nil {
+		return fail(fmt.Errorf("make a file through the layer: %w", err))
+	}
+	if err := os.WriteFile(filepath.Join(lower, "keep"), []byte("run\n"), 0o644); err != nil {
+		return fail(fmt.Errorf("change a file through the layer (copy-up): %w", err))
+	}
+	if err := os.RemoveAll(filepath.Join(lower, "gone")); err != nil {
+		return fail(fmt.Errorf("remove a directory through the layer (whiteout): %w", err))
+	}
+	if err := os.Mkdir(filepath.Join(lower, "gone"), 0o755); err != nil {
+		return fail(fmt.Errorf("make a removed directory again (opaque directory; tmpfs needs user extended attributes): %w", err))
+	}
+	if ents, err := os.ReadDir(filepath.Join(lower, "gone")); err != nil || len(ents) != 0 {
+		return fail(fmt.Errorf("a directory made again through the layer shows what was removed: %v %v", ents, err))
+	}
+	if b, err := os.ReadFile(filepath.Join(lower, "keep")); err != nil || string(b) != "run\n" {
+		return fail(fmt.Errorf("the layer does not show what was written: %q %v", b, err))
+	}
+	step = netwall.StepMount
+	tree, err := unix.OpenTree(unix.AT_FDCWD, filepath.Join(lower, "sub"), unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return fail(fmt.Errorf("open_tree: %w", err))
+	}
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fail(fmt.Errorf("mount_setattr: %w", err))
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, filepath.Join(lower, "sub"), unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fail(fmt.Errorf("move_mount: %w", err))
+	}
+	if err := os.WriteFile(filepath.Join(lower, "sub", "f"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
+		return fail(fmt.Errorf("a mount made read-only was written: %v", err))
+	}
+	return childReport{Detail: "overlay with a tmpfs upper in a user namespace: copy-up, whiteouts and opaque directories work; " +
+		"open_tree, mount_setattr and move_mount lay a read-only place over it"}
 }

@@ -31,7 +31,7 @@ func TestMain(m *testing.M) {
 				os.Exit(127)
 			}
 			os.Exit(126)
-		case ConnectArg, UsernsArg, NetnsArg:
+		case ConnectArg, UsernsArg, NetnsArg, OverlayArg:
 			os.Exit(ChildMain(context.Background(), arg, os.Args[2:], os.Stdout))
 		}
 	}
@@ -64,7 +64,7 @@ func TestRunMeasuresThisMachine(t *testing.T) {
 	if rec.Name != "local" || rec.Version != "test" || rec.OS != "linux" || rec.Kernel == "" || rec.User == "" || rec.MeasuredAt.IsZero() {
 		t.Errorf("host facts incomplete: %+v", rec)
 	}
-	for _, name := range []string{RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungLandlock} {
+	for _, name := range []string{RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungLandlock, RungOverlay} {
 		if !rec.Has(name) {
 			t.Errorf("rung %s = %+v, want yes on this machine", name, rec.Rungs[name])
 		}
@@ -89,7 +89,7 @@ func TestRunWhereUsernsIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{RungUserns, RungNetns, RungNetnsRedirect, RungIPv6} {
+		for _, name := range []string{RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungOverlay} {
 			g := rec.Rungs[name]
 			t.Logf("%-15s %-3s %s; fix: %s", name, g.Result, g.Detail, g.Remedy)
 			if g.Result != No || !strings.Contains(g.Remedy, "user.max_user_namespaces") {

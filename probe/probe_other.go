@@ -21,6 +21,7 @@ func rungs() []rung {
 		{RungNetnsRedirect, notLinux},
 		{RungIPv6, notLinux},
 		{RungLandlock, notLinux},
+		{RungOverlay, notLinux},
 	}
 }
 

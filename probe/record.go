@@ -11,6 +11,11 @@ const (
 	RungLandlock            = "landlock"
 	RungSeatbeltNetworkDeny = "seatbelt-network-deny"
 	RungContainer           = "container"
+	// RungOverlay is the wall's private layers: an overlay with its upper on
+	// tmpfs in the run's user namespace (copy-up, whiteouts, opaque
+	// directories), and the mount calls that lay the run's places over the
+	// sealed host (open_tree, move_mount, mount_setattr).
+	RungOverlay = "overlay"
 )
 
 // Result is a rung's outcome.

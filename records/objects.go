@@ -44,8 +44,13 @@ type Run struct {
 	Landlock string `json:"landlock,omitempty"`
 	// Guarded names the files programs outside the wall obey that the run
 	// made, replaced or changed where the wall could not hold them
-	// read-only, each as a sentence ("PATH appeared during the run").
+	// read-only, each as a sentence ("PATH appeared during the run"): what
+	// runs recorded before the wall's writes went by allow-list say.
 	Guarded []string `json:"guarded,omitempty"`
+	// Writes says what became of the run's writes that did not reach the
+	// host as written, each as a sentence: a git hook discarded, the files
+	// written in the home outside its writable places, where they were kept.
+	Writes []string `json:"writes,omitempty"`
 	// Pid and Host identify the controller process, so a run whose controller died
 	// is seen as lost.
 	Pid      int    `json:"pid,omitempty"`

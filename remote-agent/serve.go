@@ -44,10 +44,9 @@ type RunIO struct {
 	// OnStart is called once the run is inside its wall, with the Landlock
 	// confinement it got.
 	OnStart func(landlock string)
-	// Guarded, called once the run is over, names the files programs outside
-	// the wall obey that the run made, replaced or changed; they go home with
-	// the exit.
-	Guarded func(guarded []string)
+	// Writes, called once the run is over, says what became of its writes
+	// that did not reach the machine as written; it goes home with the exit.
+	Writes func(lines []string)
 }
 
 // RefusedError is a run the remote kernel would not wall. The handler returns it
@@ -353,14 +352,14 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 		go pump(rd, streams.types[i])
 	}
 
-	var guarded []string
+	var writes []string
 	code, runErr := h.Run(ctx, req, RunIO{
 		Stdin: streams.stdinR, Stdout: streams.stdoutW, Stderr: streams.stderrW,
 		Signals:   s.sigs,
 		Emit:      func(ev door.Event) { _ = s.w.WriteJSON(FrameEvent, ev) },
 		KillGrace: lostKillGrace,
 		OnStart:   func(landlock string) { _ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock}) },
-		Guarded:   func(g []string) { guarded = g },
+		Writes:    func(lines []string) { writes = lines },
 	})
 	// Every process of the run is gone: close the write ends so the copies
 	// drain what is left and end.
@@ -380,9 +379,9 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 	case errors.As(runErr, &ref):
 		return s.exit(Exit{Code: 1, Error: ref.Reason, Refused: true, Fix: ref.Fix})
 	case runErr != nil:
-		return s.exit(Exit{Code: code, Error: runErr.Error(), Guarded: guarded})
+		return s.exit(Exit{Code: code, Error: runErr.Error(), Writes: writes})
 	}
-	return s.exit(Exit{Code: code, Guarded: guarded})
+	return s.exit(Exit{Code: code, Writes: writes})
 }
 
 func kernelRelease() string {

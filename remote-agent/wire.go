@@ -259,7 +259,7 @@ type RunRequest struct {
 	Machine  string   `json:"machine"`
 	Lane     string   `json:"lane"`
 	Command  []string `json:"command"`
-	Dir      string   `json:"dir,omitempty"` // "" is the remote user's home
+	Dir      string   `json:"dir,omitempty"` // "" is a directory of the run's own on the remote
 	Env      []string `json:"env,omitempty"` // added to the agent's own environment
 	Policy   []byte   `json:"policy,omitempty"`
 	PolicyAt string   `json:"policy_at,omitempty"` // the policy's file name, for messages
@@ -271,6 +271,11 @@ type RunRequest struct {
 	Open string `json:"open,omitempty"`
 	Rows uint16 `json:"rows,omitempty"`
 	Cols uint16 `json:"cols,omitempty"`
+	// KeepHome keeps what the run wrote in its home on the remote, rather
+	// than discarding it (--keep-home).
+	KeepHome bool `json:"keep_home,omitempty"`
+	// PidsLimit overrides the policy's pids_limit when set (--pids-limit).
+	PidsLimit int `json:"pids_limit,omitempty"`
 }
 
 // Started says the run is inside its wall.
@@ -287,7 +292,7 @@ type Exit struct {
 	// refusal's text (without the marker) and Fix its remedy.
 	Refused bool   `json:"refused,omitempty"`
 	Fix     string `json:"fix,omitempty"`
-	// Guarded names the files programs outside the wall obey that the run
-	// made, replaced or changed on the remote machine (see records.Run).
-	Guarded []string `json:"guarded,omitempty"`
+	// Writes says what became of the run's writes on the remote machine
+	// that did not reach it as written (see records.Run).
+	Writes []string `json:"writes,omitempty"`
 }

@@ -18,7 +18,15 @@
 // host's end of the socket closes (postern ended or was killed), kills everything
 // in the container and exits, so the engine removes the container (--rm).
 // Containers are labelled postern.run=<id> with the controller's pid, and Sweep
-// removes those whose controller is gone.
+// removes those whose controller is gone. The host directory holding the
+// control socket and the container's resolv.conf is bound read-only (nothing
+// the run makes there can reach the host) and removed as soon as the harness
+// has connected; Sweep removes one a postern killed before that left.
+//
+// Of the network wall's filesystem rules, the container needs none: it sees
+// no file of the host's but the harness binary and resolv.conf, both
+// read-only, and what it writes stays in its own layer, removed with it. It
+// gets the run's pids limit as the engine's --pids-limit.
 //
 // With NoNetwork the container keeps --network none and no wall is raised: it has
 // no network at all. With Open (--egress-open) it gets the engine's own network

@@ -55,6 +55,9 @@ type Spec struct {
 	Open bool
 	// TTY gives the container a terminal (Stdin must be one).
 	TTY bool
+	// PidsLimit bounds the container's processes and threads (the engine's
+	// --pids-limit); 0 leaves the engine's default.
+	PidsLimit int
 	// Env is added to the container's environment (NAME=VALUE).
 	Env []string
 	// Stdin, Stdout and Stderr are the command's streams; nil means none.
@@ -201,6 +204,10 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		attemptsAdapted = true
 		logger.Info("container runtime refused a resource limit; retrying lower", "engine", spec.Engine.Name, "ulimit", flag)
 	}
+	// The harness is connected: the socket and resolv.conf are bound into
+	// the container, and the host needs neither by name any more. Removed
+	// now, nothing of the run's is left on the host if postern is killed.
+	_ = os.RemoveAll(w.dir)
 	w.ctl = newControl(conn)
 	go w.read()
 	if attemptsAdapted || !spec.Engine.remembered {
@@ -256,7 +263,10 @@ func (w *Wall) startContainer(ctx context.Context, spec Spec, self, resolv strin
 		"--security-opt", "no-new-privileges",
 		"--sig-proxy=false",
 		"--volume", self + ":" + HarnessPath + ":ro",
-		"--volume", w.dir + ":" + controlDir,
+		// Read-only: connecting to the socket needs no write to the
+		// directory, and nothing the run makes there can reach the host
+		// (a setuid shell in the host's /tmp, for one).
+		"--volume", w.dir + ":" + controlDir + ":ro",
 		"--entrypoint", HarnessPath,
 	}
 	if !spec.Open {
@@ -273,6 +283,9 @@ func (w *Wall) startContainer(ctx context.Context, spec Spec, self, resolv strin
 	}
 	for _, kv := range spec.Env {
 		args = append(args, "--env", kv)
+	}
+	if spec.PidsLimit > 0 {
+		args = append(args, "--pids-limit", strconv.Itoa(spec.PidsLimit))
 	}
 	args = append(args, spec.Engine.ulimitFlags()...)
 	args = append(args, spec.Image, InitArg, "--")

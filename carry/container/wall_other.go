@@ -37,6 +37,7 @@ type Spec struct {
 	NoNetwork             bool
 	Open                  bool
 	TTY                   bool
+	PidsLimit             int
 	Env                   []string
 	Stdin, Stdout, Stderr *os.File
 	Self                  string

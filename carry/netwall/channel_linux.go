@@ -26,6 +26,7 @@ const (
 	msgStarted = "started" // init -> host: the command runs
 	msgSignal  = "signal"  // host -> init: forward a signal to the command
 	msgError   = "error"   // init -> host: a step failed
+	msgEnded   = "ended"   // init -> host: the command ended; what became of its writes
 
 	maxMessage = 16 << 20
 	maxFDs     = 8
@@ -37,6 +38,7 @@ type message struct {
 	Signal int         `json:"signal,omitempty"`
 	Pid    int         `json:"pid,omitempty"`
 	Err    *wireError  `json:"error,omitempty"`
+	Ending *Ending     `json:"ending,omitempty"`
 }
 
 type initConfig struct {
@@ -46,6 +48,10 @@ type initConfig struct {
 	Ports   []uint16 `json:"ports"`
 	AllTCP  bool     `json:"all_tcp,omitempty"`
 	TTY     bool     `json:"tty"`
+	Layout  layout   `json:"layout"`
+	// NProc, when set, is the RLIMIT_NPROC the command starts with: the
+	// run's pids limit where no cgroup holds it.
+	NProc uint64 `json:"nproc,omitempty"`
 }
 
 // wireError is a failed step as it crosses the channel; the host adds the remedy.

@@ -17,19 +17,26 @@
 //     stays open for the run's own servers, other TCP is reset, other UDP
 //     rejected, everything else dropped;
 //   - gives the run fresh /tmp, /run, /dev/shm, /proc and /dev/pts (the
-//     working directory and home stay reachable; the host's terminals do
-//     not), and makes every other filesystem
-//     it shares with the host read-only, /proc/sys and /sys included, and
-//     masks every device node but null, zero, full, random, urandom, tty and
-//     ptmx: as root the run's uid is the host's, and a host file, kernel
-//     setting or disk it could write (core_pattern, cron, /dev/vda) would be
-//     a way out;
+//     host's terminals are not there), makes every other filesystem it
+//     shares with the host read-only, /proc/sys and /sys included, and masks
+//     every device node but null, zero, full, random, urandom, tty and ptmx:
+//     as root the run's uid is the host's, and a host file, kernel setting or
+//     disk it could write (core_pattern, cron, /dev/vda) would be a way out;
+//   - lays the run's places over that, by allow-list (see Files and
+//     layout_linux.go): the home reads as the real one but takes writes into
+//     a private layer discarded at the end, the working directory and the
+//     policy's writable places are written for real, a repository's git
+//     directories take what a commit writes and nothing git obeys, and
+//     postern's records, its agents and the policy's deny_read are masked;
 //   - starts the command through ExecArg, which drops every capability, locks
-//     the securebits, sets no_new_privs and execs it, in a session of its own
-//     whose terminal, if it has one, is a pty of the run's relayed to the
-//     caller's;
-//   - reaps, forwards signals, and exits with the command's status, which
-//     ends every other process of the run.
+//     the securebits, sets no_new_privs, refuses setuid and setgid bits with
+//     a seccomp filter and execs it, in a session of its own whose terminal,
+//     if it has one, is a pty of the run's relayed to the caller's, with at
+//     most the run's pids limit of processes (its own cgroup, else
+//     RLIMIT_NPROC);
+//   - reaps, forwards signals, and once the command ends kills every other
+//     process of the run, brings home what may come home from the private
+//     layer (see Ending), and exits with the command's status.
 //
 // The run therefore cannot change the rules, add interfaces, enter another
 // namespace, see or signal the door, or outlive itself. Nothing host-wide is

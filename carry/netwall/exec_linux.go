@@ -33,7 +33,8 @@ const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 
 // ExecDropped is the wall's last stage: it drops every capability (bounding,
 // ambient, inheritable, permitted, effective), locks the securebits, sets
-// no_new_privs and execs argv, looked up in the environment's PATH. It only
+// no_new_privs, refuses setuid and setgid files (see applySetIDFilter) and
+// execs argv, looked up in the environment's PATH. It only
 // returns on failure; errors.Is(err, ErrCommandNotFound) when argv[0] is not
 // found (exit 127, as shells do), otherwise exit 126.
 func ExecDropped(argv []string) error {
@@ -58,6 +59,9 @@ func ExecDropped(argv []string) error {
 		return err
 	}
 	if err := applyLandlock(); err != nil {
+		return err
+	}
+	if err := applySetIDFilter(); err != nil {
 		return err
 	}
 	if err := closeInherited(); err != nil {

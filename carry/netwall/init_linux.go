@@ -46,11 +46,12 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 	}
 	cfg := *m.Config
 
-	files, werr := setup(cfg)
+	files, view, werr := setup(cfg)
 	if werr != nil {
 		_ = ctl.send(message{Type: msgError, Err: werr})
 		return exitInitFailed
 	}
+	defer view.close()
 	err = ctl.send(message{Type: msgReady}, files...)
 	for _, f := range files {
 		f.Close()
@@ -70,6 +71,15 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 		}
 		defer tty.restore()
 	}
+	if cfg.NProc > 0 {
+		// The command and all it starts count against it in the run's own
+		// user namespace (Linux 5.14 and later); the init is one of them.
+		lim := unix.Rlimit{Cur: cfg.NProc, Max: cfg.NProc}
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+			_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: fmt.Sprintf("limit the run to %d processes: %v", cfg.NProc, err)}})
+			return exitInitFailed
+		}
+	}
 	pid, err := startCommand(cfg, tty)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
@@ -82,7 +92,12 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 		pid1.KillAll(pid)
 		return exitKilled
 	}
-	return supervise(ctx, ctl, pid, signals, tty)
+	status := supervise(ctx, ctl, pid, signals, tty)
+	// Nothing of the run may change its layer while it is brought home.
+	pid1.KillAll(pid)
+	ending := view.finish()
+	_ = ctl.send(message{Type: msgEnded, Ending: &ending})
+	return status
 }
 
 // supervise runs the command as pid 1 until it ends, forwarding the signals
@@ -137,19 +152,25 @@ func signalRequests(ctl *channel) <-chan syscall.Signal {
 }
 
 // setup makes the namespace the wall: lo, routes, listeners, rules, mounts.
-// It returns the listeners' descriptors: transparent, DNS UDP, DNS TCP.
-func setup(cfg initConfig) ([]*os.File, *wireError) {
+// It returns the listeners' descriptors (transparent, DNS UDP, DNS TCP) and
+// what it keeps of the run's view for its end.
+func setup(cfg initConfig) ([]*os.File, *mounted, *wireError) {
 	files, werr := configureNetns(cfg.Ports, cfg.AllTCP)
 	if werr != nil {
-		return nil, werr
+		return nil, nil, werr
 	}
-	if err := privateMounts(cfg); err != nil {
+	view, err := privateMounts(cfg)
+	if err != nil {
 		for _, f := range files {
 			f.Close()
 		}
-		return nil, stepError(StepMount, err)
+		var oe *overlayError
+		if errors.As(err, &oe) {
+			return nil, nil, stepError(StepOverlay, err)
+		}
+		return nil, nil, stepError(StepMount, err)
 	}
-	return files, nil
+	return files, view, nil
 }
 
 // configureNetns makes the calling thread's network namespace the wall: lo up
@@ -296,89 +317,75 @@ var hiddenRoots = []struct {
 	path, mode string
 }{{"/tmp", "1777"}, {"/run", "755"}, {"/dev/shm", "1777"}}
 
-// privateMounts gives the run its own view: nothing propagates back to the
-// host, /tmp, /run and /dev/shm are empty tmpfs (the working directory and
-// home stay reachable), resolv.conf still resolves, /proc shows only the run.
-func privateMounts(cfg initConfig) error {
+// privateMounts gives the run its own view (see layout_linux.go): nothing
+// propagates back to the host, /tmp, /run and /dev/shm are empty tmpfs,
+// resolv.conf still resolves, /proc shows only the run, the host is sealed
+// read-only and the run's places are laid over it.
+func privateMounts(cfg initConfig) (*mounted, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return fmt.Errorf("make / private: %w", err)
+		return nil, fmt.Errorf("make / private: %w", err)
 	}
-	places := workPlacesOf(cfg)
-	keep := keptDirs(places.runDirs())
-	resolvPath, resolvData := resolvConfUnder()
-
-	type held struct {
-		path string
-		fd   int
-	}
-	var holds []held
+	l := cfg.Layout
+	view := &mounted{layout: l, layer: -1, home: -1, keep: -1}
+	ok := false
 	defer func() {
-		for _, h := range holds {
-			unix.Close(h.fd)
+		if !ok {
+			view.close()
 		}
 	}()
-	for _, p := range keep {
-		fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			continue // it does not exist: nothing to keep
-		}
-		holds = append(holds, held{p, fd})
+	held, err := capture(l, view)
+	defer held.close()
+	if err != nil {
+		return nil, fmt.Errorf("hold the run's places: %w", err)
 	}
+	resolvPath, resolvData := resolvConfUnder()
+	if err := sealHost(); err != nil {
+		return nil, fmt.Errorf("make the host read-only: %w", err)
+	}
+	var base string
 	for _, r := range hiddenRoots {
 		if st, err := os.Stat(r.path); err != nil || !st.IsDir() {
 			continue
 		}
 		if err := unix.Mount("tmpfs", r.path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode="+r.mode); err != nil {
-			return fmt.Errorf("mount tmpfs on %s: %w", r.path, err)
+			return nil, fmt.Errorf("mount tmpfs on %s: %w", r.path, err)
+		}
+		if base == "" {
+			base = r.path
 		}
 	}
-	for _, h := range holds {
-		if err := os.MkdirAll(h.path, 0o755); err != nil {
-			return fmt.Errorf("recreate %s: %w", h.path, err)
-		}
-		src := fmt.Sprintf("/proc/self/fd/%d", h.fd)
-		if err := unix.Mount(src, h.path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("keep %s visible: %w", h.path, err)
-		}
+	if base == "" {
+		return nil, errors.New("no /tmp, /run or /dev/shm to keep the run's private layer under")
 	}
 	if resolvPath != "" {
 		if err := os.MkdirAll(filepath.Dir(resolvPath), 0o755); err != nil {
-			return fmt.Errorf("recreate %s: %w", filepath.Dir(resolvPath), err)
+			return nil, fmt.Errorf("recreate %s: %w", filepath.Dir(resolvPath), err)
 		}
 		if err := os.WriteFile(resolvPath, resolvData, 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", resolvPath, err)
+			return nil, fmt.Errorf("write %s: %w", resolvPath, err)
 		}
+	}
+	layer, err := makeLayer(base, l)
+	if err != nil {
+		return nil, err
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return fmt.Errorf("mount a fresh /proc: %w", err)
+		return nil, fmt.Errorf("mount a fresh /proc: %w", err)
 	}
 	if err := ownTerminals(); err != nil {
-		return err
+		return nil, err
 	}
-	writable := writableDirs(places.runDirs())
-	if err := sealHost(writable, places.guardedPaths(writable)); err != nil {
-		return fmt.Errorf("make the host read-only: %w", err)
+	if err := sealKernel(filepath.Join(layer, layerVoidFile)); err != nil {
+		return nil, fmt.Errorf("make the kernel's settings and devices unreachable: %w", err)
 	}
-	return nil
-}
-
-// keptDirs are the directories of dirs (workPlaces.runDirs) that lie under a
-// hidden root: the run must still reach them. A hidden root itself is not kept.
-func keptDirs(dirs []string) []string {
-	var out []string
-	for _, c := range dirs {
-		if c == "" || !filepath.IsAbs(c) {
-			continue
-		}
-		c = filepath.Clean(c)
-		if real, err := filepath.EvalSymlinks(c); err == nil {
-			c = real
-		}
-		if underHiddenRoot(c) {
-			out = append(out, c)
-		}
+	if err := applyLayout(l, held, layer); err != nil {
+		return nil, err
 	}
-	return out
+	if view.layer, err = detachLayer(layer); err != nil {
+		return nil, err
+	}
+	ok = true
+	return view, nil
 }
 
 func underHiddenRoot(p string) bool {

@@ -46,11 +46,12 @@ func children(t *testing.T) []string {
 func TestWallLeavesNothing(t *testing.T) {
 	requireRoot(t)
 	const cycles = 50
+	dir := t.TempDir()
 	// One cycle first, so lazily created runtime threads and pollers count as
 	// the baseline rather than as leaks.
 	cycle := func() (netns, userns string, raise, run time.Duration) {
 		t0 := time.Now()
-		w, err := Raise(context.Background(), Spec{Command: []string{"true"}, Ports: []uint16{80, 443}})
+		w, err := Raise(context.Background(), Spec{Command: []string{"true"}, Ports: []uint16{80, 443}, Dir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}

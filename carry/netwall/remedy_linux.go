@@ -38,7 +38,11 @@ const (
 		"CONFIG_NF_TABLES, CONFIG_NF_TABLES_INET, CONFIG_NF_NAT, CONFIG_NFT_NAT, CONFIG_NFT_REDIR and " +
 		"CONFIG_NFT_REJECT, or load the modules as root: 'modprobe -a nf_tables nft_chain_nat nft_redir nft_reject_inet'"
 	remedyMount = "the kernel refused mounts in the run's user namespace; when postern runs in a container, " +
-		"its /proc must be unmasked (e.g. podman --security-opt unmask=/proc/*) and seccomp must allow mount"
+		"its /proc must be unmasked (e.g. podman --security-opt unmask=/proc/*) and seccomp must allow mount, open_tree and move_mount; " +
+		"the wall needs Linux 5.12 or later (mount_setattr)"
+	remedyOverlay = "the kernel refused an overlay in the run's user namespace, which keeps what a run writes in its home private: " +
+		"use Linux 6.6 or later (overlayfs in user namespaces, tmpfs with user extended attributes) built with CONFIG_OVERLAY_FS and CONFIG_TMPFS_XATTR; " +
+		"a home with other filesystems mounted inside it cannot be overlaid: run with HOME set to a directory without"
 )
 
 // remedy names what would let the kernel accept step, given the errno it
@@ -77,6 +81,8 @@ func remedy(step string, errno syscall.Errno, m machine) string {
 		return remedyNftables
 	case StepMount:
 		return remedyMount
+	case StepOverlay:
+		return remedyOverlay
 	case StepListen:
 		return "the kernel refused sockets inside the run's network namespace: check that IPv4 and IPv6 are not disabled"
 	}

@@ -18,11 +18,12 @@ import (
 // just the run: kernel settings, IRQ affinity, the sysrq trigger.
 var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"}
 
-// sealHost makes every filesystem the run shares with the host read-only,
-// except the directories it is given to write (writable: its working directory
-// and home) and what is its own (the fresh /tmp, /run, /dev/shm and /proc), and
-// /dev, whose nodes it needs. /proc/sys and the other kernel-wide parts of /proc
-// are read-only too.
+// sealHost makes every filesystem the run shares with the host read-only:
+// every mount of the run's mount namespace, as it was copied from the host's,
+// before anything of the run's covers one (so those a fresh /tmp, /run or
+// /proc will cover are sealed too, not left writable beneath). The run's own
+// mounts and the places it writes are added afterwards, over the sealed view
+// (see sealKernel and applyLayout).
 //
 // When postern runs as root, the run's uid is the host's root: capabilities
 // dropped, but owner of nearly every host file. Without this it could leave
@@ -30,24 +31,23 @@ var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/p
 // root outside every namespace on the next crash, a file in /etc/cron.d runs
 // outside within a minute, /sys/power/state suspends the machine, /dev/vda is
 // the host's disk.
-//
-// guards are paths inside the writable directories that stay read-only (see
-// guardedPaths).
-func sealHost(writable, guards []string) error {
-	own := []string{"/dev/pts"}
-	for _, r := range hiddenRoots {
-		own = append(own, r.path)
+func sealHost() error {
+	mounts, err := mountPoints()
+	if err != nil {
+		return err
 	}
-	// A writable directory that is not a mount point becomes one, so that making
-	// its parent mount read-only leaves it as it was.
-	for _, p := range writable {
-		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("bind %s onto itself: %w", p, err)
+	for _, m := range mounts {
+		if err := readOnly(m); err != nil {
+			return err
 		}
 	}
-	if err := bindGuards(guards); err != nil {
-		return fmt.Errorf("bind a guarded file onto itself: %w", err)
-	}
+	return nil
+}
+
+// sealKernel makes the kernel-wide parts of the run's fresh /proc read-only
+// (/proc/sys, the sysrq trigger ...) and masks the host's device nodes with
+// void, an empty file no one may open.
+func sealKernel(void string) error {
 	for _, p := range procReadOnly {
 		if _, err := os.Lstat(p); err != nil {
 			continue
@@ -55,57 +55,11 @@ func sealHost(writable, guards []string) error {
 		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
 			return fmt.Errorf("bind %s onto itself: %w", p, err)
 		}
-	}
-	if err := maskDevices(); err != nil {
-		return err
-	}
-	mounts, err := mountPoints()
-	if err != nil {
-		return err
-	}
-	for _, m := range mounts {
-		if m == "/proc" || under(m, own) || under(m, writable) {
-			continue
-		}
-		if err := readOnly(m); err != nil {
+		if err := readOnly(p); err != nil {
 			return err
 		}
 	}
-	for _, g := range guards {
-		if err := readOnly(g); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// writableDirs are the directories of dirs (workPlaces.runDirs) as they really
-// are (symlinks resolved), each once: the host directories a run writes to.
-func writableDirs(dirs []string) []string {
-	var out []string
-	for _, c := range dirs {
-		if c == "" || !filepath.IsAbs(c) {
-			continue
-		}
-		real, err := filepath.EvalSymlinks(filepath.Clean(c))
-		if err != nil {
-			continue
-		}
-		if st, err := os.Stat(real); err == nil && st.IsDir() && !slices.Contains(out, real) {
-			out = append(out, real)
-		}
-	}
-	return out
-}
-
-// under reports whether p is one of roots or lies below one.
-func under(p string, roots []string) bool {
-	for _, r := range roots {
-		if p == r || strings.HasPrefix(p, strings.TrimSuffix(r, "/")+"/") {
-			return true
-		}
-	}
-	return false
+	return maskDevices(void)
 }
 
 // readOnly makes the mount at path read-only, keeping its other flags.
@@ -200,26 +154,11 @@ func unescapeMount(s string) string {
 // new ones there.)
 var devAllowed = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx"}
 
-// maskDevices covers every other device node under /dev with an empty file
-// no one may open. The host's /dev stays mounted, rather than a fresh one
+// maskDevices covers every other device node under /dev with void, an empty
+// file no one may open. The host's /dev stays mounted, rather than a fresh one
 // being built, because /dev/ptmx finds its terminals through the devpts
 // mounted beside it in the same filesystem.
-func maskDevices() error {
-	var void string
-	for _, r := range hiddenRoots {
-		if st, err := os.Stat(r.path); err == nil && st.IsDir() {
-			void = filepath.Join(r.path, ".postern-masked-device")
-			break
-		}
-	}
-	if void == "" {
-		return errors.New("mask devices: no private directory to make the mask in")
-	}
-	if err := os.WriteFile(void, nil, 0); err != nil {
-		return fmt.Errorf("mask devices: %w", err)
-	}
-	// The bind mounts hold the file; its name is not needed once they exist.
-	defer os.Remove(void)
+func maskDevices(void string) error {
 	mounts, err := mountPoints()
 	if err != nil {
 		return err

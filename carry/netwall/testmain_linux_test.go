@@ -12,14 +12,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // Hidden entry points of the test binary, which Raise re-executes as Self.
 const (
-	testDialArg = "__test-dial" // dial network addr, print what happened
-	testFdsArg  = "__test-fds"  // print the open descriptors, opening none
+	testDialArg  = "__test-dial"  // dial network addr, print what happened
+	testFdsArg   = "__test-fds"   // print the open descriptors, opening none
+	testSetIDArg = "__test-setid" // DIR: try every way to make a setuid or setgid file there, print what happened
+	testForkArg  = "__test-fork"  // N: start N sleeping children, print how many started and the processes there are
 )
 
 func TestMain(m *testing.M) {
@@ -40,6 +43,11 @@ func TestMain(m *testing.M) {
 			os.Exit(testFds())
 		case testDialArg:
 			os.Exit(testDial(os.Args[2], os.Args[3]))
+		case testSetIDArg:
+			os.Exit(testSetID(os.Args[2]))
+		case testForkArg:
+			n, _ := strconv.Atoi(os.Args[2])
+			os.Exit(testFork(n))
 		}
 	}
 	os.Exit(m.Run())
@@ -92,5 +100,127 @@ func testFds() int {
 		}
 	}
 	fmt.Println(strings.Join(open, " "))
+	return 0
+}
+
+// testSetID tries, in dir, each system call that could leave a setuid or
+// setgid file, and a file capability, printing "call: result" for each:
+// "ok" or the errno's name.
+func testSetID(dir string) int {
+	res := func(err error) string {
+		if err == nil {
+			return "ok"
+		}
+		if errno, ok := err.(syscall.Errno); ok {
+			return unix.ErrnoName(errno)
+		}
+		return err.Error()
+	}
+	p := func(name string) string { return dir + "/" + name }
+	if err := os.WriteFile(p("plain"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		fmt.Println("setup:", err)
+		return 1
+	}
+	dfd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		fmt.Println("setup:", err)
+		return 1
+	}
+	fd, err := unix.Open(p("plain"), unix.O_RDONLY, 0)
+	if err != nil {
+		fmt.Println("setup:", err)
+		return 1
+	}
+	try := []struct {
+		name string
+		call func() error
+	}{
+		{"chmod", func() error { return unix.Chmod(p("plain"), 0o4755) }},
+		{"chmod-setgid", func() error { return unix.Chmod(p("plain"), 0o2755) }},
+		{"fchmod", func() error { return unix.Fchmod(fd, 0o4755) }},
+		{"fchmodat", func() error { return unix.Fchmodat(dfd, "plain", 0o6755, 0) }},
+		{"fchmodat2", func() error {
+			_, _, e := unix.Syscall6(unix.SYS_FCHMODAT2, uintptr(dfd), uintptr(unsafe.Pointer(cstr("plain"))), 0o4755, 0, 0, 0)
+			return errnoErr(e)
+		}},
+		{"open", func() error { return rawOpen(p("open"), unix.O_CREAT|unix.O_WRONLY, 0o4755) }},
+		{"openat", func() error { _, err := unix.Openat(dfd, "openat", unix.O_CREAT|unix.O_WRONLY, 0o2755); return err }},
+		{"openat-tmpfile", func() error { _, err := unix.Openat(dfd, ".", unix.O_TMPFILE|unix.O_WRONLY, 0o4755); return err }},
+		{"creat", func() error { _, err := unix.Creat(p("creat"), 0o4755); return err }},
+		{"mkdir", func() error { return unix.Mkdir(p("mkdir"), 0o2755) }},
+		{"mkdirat", func() error { return unix.Mkdirat(dfd, "mkdirat", 0o2755) }},
+		{"mknod", func() error { return unix.Mknod(p("mknod"), unix.S_IFREG|0o4755, 0) }},
+		{"mknodat", func() error { return unix.Mknodat(dfd, "mknodat", unix.S_IFREG|0o4755, 0) }},
+		{"openat2", func() error {
+			_, err := unix.Openat2(dfd, "openat2", &unix.OpenHow{Flags: unix.O_CREAT | unix.O_WRONLY, Mode: 0o4755})
+			return err
+		}},
+		{"io_uring_setup", func() error {
+			params := make([]byte, 120)
+			_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, uintptr(unsafe.Pointer(&params[0])), 0)
+			return errnoErr(e)
+		}},
+		{"setxattr-capability", func() error {
+			// VFS_CAP_REVISION_2 with cap_setuid permitted and effective.
+			v := []byte{0x01, 0x00, 0x00, 0x02, 0x80, 0, 0, 0, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+			return unix.Setxattr(p("plain"), "security.capability", v, 0)
+		}},
+		// What the run may do still works.
+		{"chmod-plain", func() error { return unix.Chmod(p("plain"), 0o700) }},
+		{"open-plain", func() error {
+			fd, err := unix.Openat(dfd, "made", unix.O_CREAT|unix.O_WRONLY, 0o644)
+			if err == nil {
+				unix.Close(fd)
+			}
+			return err
+		}},
+		{"open-nocreat-odd-mode", func() error {
+			fd, err := unix.Openat(dfd, "made", unix.O_RDONLY, 0o4755)
+			if err == nil {
+				unix.Close(fd)
+			}
+			return err
+		}},
+		{"mkdir-plain", func() error { return unix.Mkdir(p("dir"), 0o755) }},
+	}
+	for _, t := range try {
+		fmt.Printf("%s: %s\n", t.name, res(t.call()))
+	}
+	return 0
+}
+
+func errnoErr(e syscall.Errno) error {
+	if e == 0 {
+		return nil
+	}
+	return e
+}
+
+func cstr(s string) *byte {
+	b, _ := unix.BytePtrFromString(s)
+	return b
+}
+
+// testFork starts n children that sleep, counting those the kernel let start,
+// then counts the processes in its /proc (the run's pid namespace).
+func testFork(n int) int {
+	var pids []int
+	for i := 0; i < n; i++ {
+		pid, err := syscall.ForkExec("/bin/sleep", []string{"sleep", "30"}, &syscall.ProcAttr{})
+		if err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	ents, _ := os.ReadDir("/proc")
+	procs := 0
+	for _, e := range ents {
+		if _, err := strconv.Atoi(e.Name()); err == nil {
+			procs++
+		}
+	}
+	fmt.Printf("started=%d procs=%d\n", len(pids), procs)
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
 	return 0
 }

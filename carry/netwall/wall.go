@@ -45,8 +45,14 @@ type Spec struct {
 	// (kept in step on resize), and the init relays between the two: keys
 	// such as Ctrl-C act inside the run. Without TTY the command has no
 	// controlling terminal.
-	TTY    bool
-	Logger *slog.Logger
+	TTY bool
+	// Files says what the run may do with the host's files besides its
+	// working directory (see Files).
+	Files Files
+	// PidsLimit bounds the processes and threads the run has at once; 0 is
+	// DefaultPidsLimit.
+	PidsLimit int
+	Logger    *slog.Logger
 }
 
 // Kernel steps a wall is raised in; KernelError.Step is one of them.
@@ -57,6 +63,7 @@ const (
 	StepListen   = "listen"   // the door's listeners inside the namespace
 	StepNftables = "nftables" // the wall's nftables table
 	StepMount    = "mount"    // private /tmp, /run, /dev/shm, /dev/pts and a fresh /proc
+	StepOverlay  = "overlay"  // the home's and git directories' private layers
 )
 
 // KernelError is a step of raising the wall that the kernel refused, with what
@@ -89,14 +96,89 @@ var (
 	ErrUnsupported = errors.New("network wall: only available on Linux")
 )
 
-// GuardChange is a file that programs outside the wall obey, which the run
-// made, replaced or changed although the wall could not hold it read-only.
-type GuardChange struct {
-	Path string
-	// What happened to it, as the end of a sentence about Path: "appeared
-	// during the run", "was a link to T and the run replaced it", "changed
-	// during the run".
-	What string
+// Files is what a run may do with the host's files. Inside the wall every
+// filesystem of the host is read-only; /tmp, /run and /dev/shm are the run's
+// own; the working directory (or the work tree around it) is written for
+// real, but for a git directory's files that git obeys; the home reads as the
+// real one while what the run writes there lands in a private layer,
+// discarded at the end. Files adds to that.
+type Files struct {
+	// Writable are the places written for real besides the working
+	// directory: "~/"-relative (the home of HOME in the run's environment) or
+	// absolute. A place that does not exist yet, under the home, is copied
+	// back at the end if the run made it; so is a file, which a program may
+	// replace by renaming another over it.
+	Writable []Place
+	// DenyRead are patterns (path.Match in each element) of paths masked
+	// inside the run (an empty read-only file or directory over each that
+	// exists), but for those AllowRead also matches.
+	DenyRead, AllowRead []Place
+	// Protect are absolute paths never writable inside the run wherever they
+	// lie, and masked: postern's records, the remote agent's directory. A
+	// writable place may not contain one, nor the working directory lie in
+	// one.
+	Protect []string
+	// ReadOnly are absolute paths held read-only where they lie in a place
+	// the run writes: the postern binary and the agents it installs.
+	ReadOnly []string
+	// KeepHome, if set, is a directory (made by the caller) into which what
+	// the run wrote in its home's private layer is copied at its end.
+	KeepHome string
 }
 
-func (c GuardChange) String() string { return termtext.Printable(c.Path) + " " + c.What }
+// Place is a path given by a policy, and where: "policy.hcl:3:14" ("" for a
+// default).
+type Place struct {
+	Path string
+	Pos  string
+}
+
+// DefaultPidsLimit is the processes and threads a run has at once when its
+// Spec does not say.
+const DefaultPidsLimit = 4096
+
+// PlaceError is a working directory, home or writable place the wall will not
+// give a run, found before anything is spawned.
+type PlaceError struct {
+	What string // "working directory", "home", "writable entry \"~/x\""
+	Path string // as resolved
+	Pos  string // where the policy names it, for a writable entry
+	Why  string
+	Fix  string
+}
+
+func (e *PlaceError) Error() string {
+	msg := fmt.Sprintf("network wall: %s %s: %s", e.What, termtext.Printable(e.Path), e.Why)
+	if e.Pos != "" {
+		msg = e.Pos + ": " + msg
+	}
+	if e.Fix != "" {
+		msg += "; fix: " + e.Fix
+	}
+	return msg
+}
+
+// Ending is what became of a run's writes once it ended.
+type Ending struct {
+	// Discarded are writes that did not reach the host: files in a git
+	// directory that git obeys, writable files changed on the host
+	// meanwhile. Each is named once.
+	Discarded []Discard `json:"discarded,omitempty"`
+	// HomeWrites counts the files the run wrote in its home outside its
+	// writable places, all discarded (or kept, see Kept); HomeSample names
+	// some, the shallowest first.
+	HomeWrites int      `json:"home_writes,omitempty"`
+	HomeSample []string `json:"home_sample,omitempty"`
+	// Kept is where the home's private layer was copied (Files.KeepHome).
+	Kept string `json:"kept,omitempty"`
+	// Problems are what went wrong bringing writes home.
+	Problems []string `json:"problems,omitempty"`
+}
+
+// Discard is one write of the run that did not reach the host, and why.
+type Discard struct {
+	Path string `json:"path"`
+	Why  string `json:"why"`
+}
+
+func (d Discard) String() string { return termtext.Printable(d.Path) + ": " + d.Why }

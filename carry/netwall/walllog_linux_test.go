@@ -53,7 +53,7 @@ func TestWallRefusalsRecorded(t *testing.T) {
 		defer out.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		w, err := Raise(ctx, Spec{Command: argv, Ports: []uint16{443}, Stdout: out, Stderr: out})
+		w, err := Raise(ctx, Spec{Command: argv, Ports: []uint16{443}, Stdout: out, Stderr: out, Dir: t.TempDir()})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -44,7 +44,7 @@ var (
 // ctrBusybox is Debian's busybox-static; ctrApplets are linked in the image.
 const ctrBusybox = "/bin/busybox"
 
-var ctrApplets = []string{"sh", "cat", "echo", "sleep", "true", "false", "nc", "wget", "tftp", "nslookup", "ip", "ls", "id", "trap", "kill", "sha256sum", "rm"}
+var ctrApplets = []string{"sh", "cat", "echo", "sleep", "true", "false", "nc", "wget", "tftp", "nslookup", "ip", "ls", "id", "trap", "kill", "sha256sum", "rm", "cp", "chmod"}
 
 // ctrSetup builds the static binary and the image and measures local once.
 func ctrSetup(t *testing.T) {
@@ -438,6 +438,12 @@ func TestContainerGoneAfterPosternKilled(t *testing.T) {
 	home := ctrHomeCopy(t)
 	s := ctrStart(t, home, "run", "--container", ctrImage, "--", "sh", "-c", "echo ready; sleep 3001")
 	s.waitOutput(t, "ready")
+	// The host's directory for the container (its control socket and
+	// resolv.conf) goes once the harness has connected: nothing of the run's
+	// is there for a killed postern to leave.
+	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("postern-container-%d.*", s.cmd.Process.Pid))); len(left) != 0 {
+		t.Errorf("the container's host directory is still there while it runs: %v", left)
+	}
 	label := container.LabelPid + "=" + strconv.Itoa(s.cmd.Process.Pid)
 	names := podmanNames(t, label)
 	if len(names) != 1 {
@@ -453,16 +459,37 @@ func TestContainerGoneAfterPosternKilled(t *testing.T) {
 	if pids := procsWithArg("3001"); len(pids) != 0 {
 		t.Errorf("the run's sleep 3001 outlived postern: pids %v", pids)
 	}
-	// What the killed postern held on the host goes with the next run.
-	left, _ := filepath.Glob(filepath.Join(os.TempDir(), fmt.Sprintf("postern-container-%d.*", s.cmd.Process.Pid)))
-	if len(left) != 1 {
-		t.Fatalf("the killed postern's directory: %v, want one", left)
-	}
 	if r := ctrPostern(t, home, "run", "--container", ctrImage, "--", "true"); r.Code != 0 {
 		t.Fatalf("next run: exit %d: %s", r.Code, r.Stderr)
 	}
-	if _, err := os.Stat(left[0]); !os.IsNotExist(err) {
-		t.Errorf("%s is still there after the next run: %v", left[0], err)
+}
+
+// TestContainerControlDirectoryAndPidsLimit: the directory bound into the
+// container for its control socket is read-only there, so a setuid shell
+// cannot be left in the host's /tmp through it; and the policy's pids_limit
+// (or --pids-limit) is the container's.
+func TestContainerControlDirectoryAndPidsLimit(t *testing.T) {
+	ctrSetup(t)
+	home := ctrHomeCopy(t)
+	pol := writeFile(t, "ctr-pids.hcl", "pids_limit = 48\n")
+	script := ctrStep("plant", "cp /bin/busybox /.postern/run/s && chmod 4755 /.postern/run/s") +
+		ctrStep("pids", "cat /sys/fs/cgroup/pids.max 2>/dev/null || cat /sys/fs/cgroup/pids/pids.max")
+	for _, c := range []struct {
+		args []string
+		want string
+	}{{[]string{"--policy", pol}, "48"}, {[]string{"--policy", pol, "--pids-limit", "40"}, "40"}} {
+		args := append(append([]string{"run"}, c.args...), "--container", ctrImage, "--", "sh", "-c", script)
+		r := ctrPostern(t, home, args...)
+		st := ctrStatuses(t, r.Stdout)
+		if r.Code != 0 || st["plant"] == 0 {
+			t.Errorf("%v: exit %d, the control directory took a file (%v):\n%s%s", c.args, r.Code, st, r.Stdout, r.Stderr)
+		}
+		if !regexp.MustCompile(`== pids rc=0\n` + c.want + `\n`).MatchString(r.Stdout) {
+			t.Errorf("%v: the container's pids.max, want %s:\n%s", c.args, c.want, r.Stdout)
+		}
+	}
+	if left, _ := filepath.Glob(filepath.Join(os.TempDir(), "postern-container-*", "s")); len(left) != 0 {
+		t.Errorf("a file planted in the control directory is on the host: %v", left)
 	}
 }
 

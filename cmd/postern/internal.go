@@ -60,6 +60,7 @@ func init() {
 		hidden(probe.ConnectArg, probeChild(probe.ConnectArg)),
 		hidden(probe.UsernsArg, probeChild(probe.UsernsArg)),
 		hidden(probe.NetnsArg, probeChild(probe.NetnsArg)),
+		hidden(probe.OverlayArg, probeChild(probe.OverlayArg)),
 	)
 }
 

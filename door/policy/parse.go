@@ -57,7 +57,7 @@ func Load(path string) (*Policy, error) {
 }
 
 // The attributes a policy may have, in the order errors list them.
-var knownAttrs = []string{"name", "mode", "ports", "allow", "deny", "allow_cidrs"}
+var knownAttrs = []string{"name", "mode", "ports", "allow", "deny", "allow_cidrs", "writable", "deny_read", "allow_read", "pids_limit"}
 
 // Parse compiles an HCL policy. filename is used in positions only. Every
 // problem found is reported at once, in a *ParseError.
@@ -68,6 +68,10 @@ var knownAttrs = []string{"name", "mode", "ports", "allow", "deny", "allow_cidrs
 //	allow       = ["github.com", "registry.npmjs.org:443", "*.example.com"]
 //	deny        = ["gist.github.com"]
 //	allow_cidrs = ["10.20.0.0/16"]
+//	writable    = ["~/.claude", "~/.claude.json"]  # see files.go
+//	deny_read   = ["~/.config/vendor/token"]
+//	allow_read  = ["~/.kube/config"]
+//	pids_limit  = 4096
 //
 // A name in allow or deny covers itself and all its subdomains; "*.name"
 // covers only the subdomains. "name:port" restricts a rule to one port, which
@@ -98,6 +102,8 @@ func Parse(filename string, src []byte) (*Policy, error) {
 
 	var allow, deny, cidrs *hclsyntax.Attribute
 	c.p.Ports = slices.Clone(DefaultPorts)
+	c.p.Writable, c.p.DenyRead, c.p.AllowRead = slices.Clone(DefaultWritable), slices.Clone(DefaultDenyRead), slices.Clone(DefaultAllowRead)
+	c.p.PidsLimit = DefaultPidsLimit
 	for _, a := range attrs {
 		switch a.Name {
 		case "name":
@@ -114,6 +120,14 @@ func Parse(filename string, src []byte) (*Policy, error) {
 			deny = a
 		case "allow_cidrs":
 			cidrs = a
+		case "writable":
+			c.p.Writable = c.pathRules(a, false)
+		case "deny_read":
+			c.p.DenyRead = append(c.p.DenyRead, c.pathRules(a, true)...)
+		case "allow_read":
+			c.p.AllowRead = append(c.p.AllowRead, c.pathRules(a, true)...)
+		case "pids_limit":
+			c.pidsLimit(a)
 		default:
 			c.unknown(a)
 		}

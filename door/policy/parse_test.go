@@ -293,6 +293,7 @@ allow_cidrs = ["10.20.0.0/16"]`))
 	f.Add([]byte(`allow = ["1.2.3.4", "*", "a:0"] allow_cidrs = ["127.0.0.0/8"] x = 1`))
 	f.Add([]byte("allow {}\nports = [443.5, \"x\"]"))
 	f.Add([]byte(`allow = ["${x}"]`))
+	f.Add([]byte(`writable = ["~/.claude", "/srv/x", "~/.config"] deny_read = ["~/.ssh/id_*"] allow_read = ["~/.ssh/*.pub"] pids_limit = 64`))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		p, err := Parse("f.hcl", src)
 		if err != nil {
@@ -322,6 +323,16 @@ allow_cidrs = ["10.20.0.0/16"]`))
 			if _, floored := Floor(c.Prefix.Addr()); floored && c.Prefix.Bits() == c.Prefix.Addr().BitLen() {
 				t.Fatalf("allow_cidrs entry %v is a floored address", c.Prefix)
 			}
+		}
+		// Whatever was written, no writable place is the system's or one
+		// that programs outside the wall obey.
+		for _, r := range p.Writable {
+			if s, d := pathProblem("writable", r.Text, false); s != "" {
+				t.Fatalf("writable entry %+v was accepted: %s; %s", r, s, d)
+			}
+		}
+		if p.PidsLimit < minPidsLimit {
+			t.Fatalf("pids_limit %d was accepted", p.PidsLimit)
 		}
 		// Whatever was written, the floor holds.
 		if d := p.DecideAddr(netipMust("169.254.169.254"), 80, ""); d.Verdict != Deny || !d.Floor {

@@ -85,6 +85,12 @@ type Policy struct {
 	Deny       []HostRule
 	AllowCIDRs []CIDRRule
 
+	// What the run may do with the host's files and processes (see files.go).
+	Writable  []PathRule // written for real; DefaultWritable unless the policy says
+	DenyRead  []PathRule // masked: DefaultDenyRead and the policy's
+	AllowRead []PathRule // exempt from DenyRead: DefaultAllowRead and the policy's
+	PidsLimit int        // processes and threads at once; DefaultPidsLimit unless the policy says
+
 	self []netip.Addr // the door's own addresses, floored; see WithSelf
 }
 

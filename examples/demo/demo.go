@@ -113,8 +113,14 @@ func demo(ctx context.Context, cfg config, w io.Writer) error {
 	for _, h := range hosts.list {
 		fmt.Fprintf(w, "  %-10s %-12s %s\n", h.name, h.addr, h.what)
 	}
-	// The wall gives the run a private /tmp; the lab's CA file lives there.
-	ca := filepath.Join(cfg.State, "demo-ca.pem")
+	// The agent works in a directory of its own beside the records, which a
+	// run may never read or write; the wall gives it a private /tmp, so the
+	// lab's CA file goes there too.
+	work := strings.TrimRight(cfg.State, "/") + "-work"
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return err
+	}
+	ca := filepath.Join(work, "demo-ca.pem")
 	if err := copyFile(lab.CAFile(), ca); err != nil {
 		return err
 	}
@@ -140,7 +146,7 @@ func demo(ctx context.Context, cfg config, w io.Writer) error {
 	heading(w, "4. Run the agent behind the wall")
 	// The run gets a private /tmp, so a checkout under /tmp is not visible inside
 	// the wall: the agent goes to the working directory, beside the CA file.
-	agent := filepath.Join(cfg.State, "agent.sh")
+	agent := filepath.Join(work, "agent.sh")
 	if err := copyFile(filepath.Join(cfg.Root, "examples", "demo", "agent.sh"), agent); err != nil {
 		return err
 	}
@@ -152,10 +158,10 @@ func demo(ctx context.Context, cfg config, w io.Writer) error {
 		"DEMO_DNS="+hosts.dns.Addr.Addr().String(),
 	)
 	var stderr bytes.Buffer
-	// The run works in the state directory: the wall keeps the working
-	// directory visible even where it lies under /tmp, which the run gets
-	// empty, and that is where the CA file is.
-	agentOut, runErr := commandIn(ctx, cfg, cfg.State, runEnv, &stderr, "run", "--policy", pol, "--resolver", resolver, "--", "sh", agent)
+	// The run works in its directory: the wall keeps the working directory
+	// visible even where it lies under /tmp, which the run gets empty, and
+	// that is where the CA file is.
+	agentOut, runErr := commandIn(ctx, cfg, work, runEnv, &stderr, "run", "--policy", pol, "--resolver", resolver, "--", "sh", agent)
 	indent(w, agentOut)
 	if stderr.Len() > 0 {
 		fmt.Fprintln(w, "\npostern told the agent on stderr, as each denial happened:")

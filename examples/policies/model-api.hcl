@@ -10,3 +10,8 @@ allow = [
   "api.anthropic.com:443",
   "api.openai.com:443",
 ]
+
+# Besides its working directory, the agent writes for real only its own state
+# (by default ~/.claude, ~/.claude.json and ~/.codex); what it writes elsewhere
+# in the home is private to the run. To keep even its state private:
+# writable = []

@@ -1,0 +1,348 @@
+package netwall
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// The run's view of the host's files, made by the init in its own mount
+// namespace (see privateMounts):
+//
+//   - every filesystem shared with the host is read-only (sealHost);
+//   - /tmp, /run, /dev/shm are fresh tmpfs, and a private layer (a tmpfs
+//     reachable by no path once the view is made) holds the upper
+//     directories of the overlays below;
+//   - the home is an overlay: the real home below, the run's layer above, so
+//     it reads as the real one and what the run writes there stays in the
+//     layer;
+//   - the working directory (or its work tree) and the writable places are
+//     bound over that, written for real, nosuid and nodev;
+//   - each git directory of the repository is an overlay again, with its
+//     objects, refs and logs bound for real: what git obeys (config, hooks,
+//     commondir, info ...) stays in the layer, and what a commit writes at
+//     the top (index, HEAD, packed-refs ...) is copied back at the end,
+//     checked (see gitTopFiles);
+//   - read-only binds and masks (an empty read-only file or directory) go
+//     over everything: postern's records, the agent, secrets.
+//
+// Each place of the host is cloned (open_tree) before anything covers it, so
+// what is bound later is the real place, writable, whatever is mounted over
+// its path meanwhile.
+
+// layerBase is where the private layer is mounted while the view is made,
+// under the first hidden root there is; it is detached afterwards.
+const layerBase = ".postern-layer"
+
+// Names in the private layer.
+const (
+	layerHome     = "home"      // home/upper, home/work
+	layerVoidFile = "void-file" // what a masked device shows: empty, mode 0, opened by no one
+	layerVoidRead = "void-read" // what a masked file shows: empty, read-only
+	layerVoidDir  = "void-dir"  // what a masked directory shows: empty, read-only
+)
+
+func layerGit(i int) string { return "git" + strconv.Itoa(i) }
+
+// mounted is what the init keeps of the view it made, for the run's end.
+type mounted struct {
+	layout layout
+	layer  int // the private layer's root (O_PATH), reachable by no path
+	home   int // a writable clone of the real home, when Copies need it; -1
+	keep   int // a clone of Keep; -1
+	git    []mountedGit
+	// was is what each of layout.Copies was at the start.
+	was map[string]fileID
+}
+
+type mountedGit struct {
+	gitPlace
+	host int               // a writable clone of the real git directory
+	was  map[string]fileID // what each of its top files was at the start
+}
+
+func (m *mounted) close() {
+	for _, fd := range []int{m.layer, m.home, m.keep} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	for _, g := range m.git {
+		unix.Close(g.host)
+	}
+}
+
+// openNoLinks opens p (an absolute real path) refusing symbolic links in any
+// element: a place changed since the host planned the layout is refused.
+func openNoLinks(p string, flags int) (int, error) {
+	fd, err := unix.Openat2(unix.AT_FDCWD, p, &unix.OpenHow{
+		Flags:   uint64(flags | unix.O_CLOEXEC),
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		fd, err = unix.Open(p, flags|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	}
+	if err != nil {
+		return -1, fmt.Errorf("open %s: %w", p, err)
+	}
+	return fd, nil
+}
+
+// cloneTree is a detached copy of the mounts at p (with those below it), as
+// they are now.
+func cloneTree(p string) (int, error) {
+	fd, err := openNoLinks(p, unix.O_PATH)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fd)
+	t, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return -1, fmt.Errorf("clone the mount at %s: %w", p, err)
+	}
+	return t, nil
+}
+
+// attach mounts the detached tree at target with the attributes set added,
+// and closes the tree's descriptor.
+func attach(tree int, target string, set uint64) error {
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: set}); err != nil {
+		return fmt.Errorf("set the mount attributes for %s: %w", target, err)
+	}
+	if err := unix.MoveMount(tree, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		return fmt.Errorf("mount onto %s: %w", target, err)
+	}
+	return nil
+}
+
+// captured are the host's places a layout needs, opened before anything of
+// the run's view covers them.
+type captured struct {
+	home  int   // O_PATH of the real home, the home overlay's lower; -1
+	binds []int // clones of layout.Binds
+	lower []int // O_PATH of each git directory, its overlay's lower
+	bound [][]int
+}
+
+func (c *captured) close() {
+	for _, fd := range append(append([]int{c.home}, c.binds...), c.lower...) {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	for _, b := range c.bound {
+		for _, fd := range b {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+	}
+}
+
+// capture opens what l needs of the host. m gets the writable clones kept for
+// the run's end.
+func capture(l layout, m *mounted) (*captured, error) {
+	c := &captured{home: -1}
+	var err error
+	if l.Home != "" {
+		if c.home, err = openNoLinks(l.Home, unix.O_PATH|unix.O_DIRECTORY); err != nil {
+			return c, err
+		}
+		if len(l.Copies) > 0 {
+			if m.home, err = cloneTree(l.Home); err != nil {
+				return c, err
+			}
+			m.was = map[string]fileID{}
+			for _, rel := range l.Copies {
+				m.was[rel] = idAt(m.home, rel)
+			}
+		}
+	}
+	for _, b := range l.Binds {
+		t, err := cloneTree(b)
+		if err != nil {
+			return c, err
+		}
+		c.binds = append(c.binds, t)
+	}
+	for _, g := range l.Git {
+		fd, err := openNoLinks(g.Dir, unix.O_PATH|unix.O_DIRECTORY)
+		if err != nil {
+			return c, err
+		}
+		c.lower = append(c.lower, fd)
+		host, err := cloneTree(g.Dir)
+		if err != nil {
+			return c, err
+		}
+		mg := mountedGit{gitPlace: g, host: host, was: map[string]fileID{}}
+		m.git = append(m.git, mg)
+		for _, name := range topFileNames(host) {
+			mg.was[name] = idAt(host, name)
+		}
+		var bound []int
+		for _, sub := range g.Bound {
+			t, err := cloneTree(filepath.Join(g.Dir, sub))
+			if err != nil {
+				return c, err
+			}
+			bound = append(bound, t)
+		}
+		c.bound = append(c.bound, bound)
+	}
+	if l.Keep != "" {
+		if m.keep, err = cloneTree(l.Keep); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// makeLayer mounts the private layer under base and makes its directories.
+func makeLayer(base string, l layout) (string, error) {
+	dir := filepath.Join(base, layerBase)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return "", fmt.Errorf("make the private layer's mount point: %w", err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700"); err != nil {
+		return "", fmt.Errorf("mount the private layer: %w", err)
+	}
+	dirs := []string{layerVoidDir}
+	if l.Home != "" {
+		dirs = append(dirs, layerHome+"/upper", layerHome+"/work")
+	}
+	for i := range l.Git {
+		dirs = append(dirs, layerGit(i)+"/upper", layerGit(i)+"/work")
+	}
+	for _, d := range dirs {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+			return "", fmt.Errorf("private layer: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, layerVoidFile), nil, 0); err != nil {
+		return "", fmt.Errorf("private layer: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, layerVoidRead), nil, 0o444); err != nil {
+		return "", fmt.Errorf("private layer: %w", err)
+	}
+	if err := os.Chmod(filepath.Join(dir, layerVoidDir), 0o555); err != nil {
+		return "", fmt.Errorf("private layer: %w", err)
+	}
+	return dir, nil
+}
+
+// mountOverlay lays the private layer's name/upper over lowerFD at target.
+func mountOverlay(target string, lowerFD int, layer, name string) error {
+	opts := fmt.Sprintf("userxattr,lowerdir=/proc/self/fd/%d,upperdir=%s/%s/upper,workdir=%s/%s/work", lowerFD, layer, name, layer, name)
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
+		return &overlayError{target: target, err: err}
+	}
+	return nil
+}
+
+// overlayError is an overlay the kernel refused: the wall cannot keep the
+// run's writes to the place private.
+type overlayError struct {
+	target string
+	err    error
+}
+
+func (e *overlayError) Error() string {
+	return fmt.Sprintf("lay a private layer (overlay) over %s: %v", e.target, e.err)
+}
+
+func (e *overlayError) Unwrap() error { return e.err }
+
+// applyLayout makes the writable part of the view over the sealed host: the
+// home's overlay, the binds, the git directories, then read-only binds and
+// masks. layer is the private layer's mount point.
+func applyLayout(l layout, c *captured, layer string) error {
+	if c.home >= 0 {
+		if err := os.MkdirAll(l.Home, 0o755); err != nil && underHiddenRoot(l.Home) {
+			return fmt.Errorf("recreate %s: %w", l.Home, err)
+		}
+		if err := mountOverlay(l.Home, c.home, layer, layerHome); err != nil {
+			return err
+		}
+	}
+	const writable = unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	for i, b := range l.Binds {
+		if underHiddenRoot(b) {
+			if err := os.MkdirAll(b, 0o755); err != nil {
+				return fmt.Errorf("recreate %s: %w", b, err)
+			}
+		}
+		t := c.binds[i]
+		c.binds[i] = -1
+		if err := attach(t, b, writable); err != nil {
+			return err
+		}
+	}
+	for i, g := range l.Git {
+		if underHiddenRoot(g.Dir) {
+			if err := os.MkdirAll(g.Dir, 0o755); err != nil {
+				return fmt.Errorf("recreate %s: %w", g.Dir, err)
+			}
+		}
+		if err := mountOverlay(g.Dir, c.lower[i], layer, layerGit(i)); err != nil {
+			return err
+		}
+		for j, sub := range g.Bound {
+			t := c.bound[i][j]
+			c.bound[i][j] = -1
+			if err := attach(t, filepath.Join(g.Dir, sub), writable); err != nil {
+				return err
+			}
+		}
+	}
+	for _, p := range l.ReadOnly {
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		t, err := cloneTree(p)
+		if err != nil {
+			return err
+		}
+		if err := attach(t, p, unix.MOUNT_ATTR_RDONLY|writable); err != nil {
+			return err
+		}
+	}
+	for _, p := range l.Masks {
+		st, err := os.Stat(p)
+		if err != nil {
+			continue // not in the run's view: nothing to mask
+		}
+		void := filepath.Join(layer, layerVoidRead)
+		if st.IsDir() {
+			void = filepath.Join(layer, layerVoidDir)
+		}
+		t, err := cloneTree(void)
+		if err != nil {
+			return err
+		}
+		if err := attach(t, p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOEXEC|writable); err != nil {
+			return fmt.Errorf("mask %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// detachLayer makes the private layer unreachable by any path, keeping a
+// descriptor of its root for the run's end.
+func detachLayer(layer string) (int, error) {
+	fd, err := unix.Open(layer, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the private layer: %w", err)
+	}
+	if err := unix.Unmount(layer, unix.MNT_DETACH); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("detach the private layer: %w", err)
+	}
+	_ = os.Remove(layer)
+	return fd, nil
+}

@@ -1,0 +1,185 @@
+package netwall
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// A run's processes and threads are held to a limit, so that a fork bomb
+// inside it cannot use up the host's pids:
+//
+//   - by a cgroup of its own with pids.max, where postern may make one
+//     (cgroup v1's pids hierarchy, or v2 with the pids controller enabled
+//     where the run's cgroup goes). It counts every task of the run, root or
+//     not, and goes when the run does;
+//   - else by RLIMIT_NPROC, set before the command starts. Since Linux 5.14 it
+//     counts the processes of the run's uid in the run's own user namespace,
+//     so it is the run's alone; before, it counts all the user's processes on
+//     the machine. The kernel does not hold root to it: a run as root with no
+//     cgroup has no limit, and PidsLimit says so.
+
+// cgroupPrefix starts the name of every cgroup a run gets; Sweep-like removal
+// of empty leftovers looks for it.
+const cgroupPrefix = "postern-run-"
+
+// pidsCgroup is a run's own cgroup holding its pids limit.
+type pidsCgroup struct {
+	dir     string // its directory in the cgroup filesystem
+	version int    // 1 or 2
+}
+
+// newPidsCgroup makes a cgroup limited to limit tasks where this process may,
+// or returns nil and why not.
+func newPidsCgroup(limit int) (*pidsCgroup, string) {
+	v1, v2, err := cgroupMounts()
+	if err != nil {
+		return nil, err.Error()
+	}
+	own, err := ownCgroups()
+	if err != nil {
+		return nil, err.Error()
+	}
+	name := fmt.Sprintf("%s%d-%s", cgroupPrefix, os.Getpid(), randSuffix())
+	var why []string
+	if v2 != "" {
+		// First: the run starts in a v2 cgroup, with no move to wait for.
+		if p, ok := own[""]; ok {
+			base := filepath.Join(v2, p)
+			for _, parent := range []string{base, filepath.Dir(base)} {
+				if !under(parent, []string{v2}) {
+					continue
+				}
+				c, err := makeCgroup(parent, name, limit, 2)
+				if err == nil {
+					return c, ""
+				}
+				why = append(why, err.Error())
+			}
+		}
+	}
+	if v1 != "" {
+		if p, ok := own["pids"]; ok {
+			c, err := makeCgroup(filepath.Join(v1, p), name, limit, 1)
+			if err == nil {
+				return c, ""
+			}
+			why = append(why, err.Error())
+		}
+	}
+	if len(why) == 0 {
+		return nil, "no cgroup hierarchy with the pids controller"
+	}
+	return nil, strings.Join(why, "; ")
+}
+
+// makeCgroup makes parent/name with pids.max = limit, after removing what
+// earlier runs left there empty.
+func makeCgroup(parent, name string, limit, version int) (*pidsCgroup, error) {
+	sweepCgroups(parent)
+	dir := filepath.Join(parent, name)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("make cgroup %s: %w", dir, err)
+	}
+	c := &pidsCgroup{dir: dir, version: version}
+	if err := os.WriteFile(filepath.Join(dir, "pids.max"), []byte(strconv.Itoa(limit)), 0); err != nil {
+		c.remove()
+		return nil, fmt.Errorf("set pids.max in %s: %w", dir, err)
+	}
+	return c, nil
+}
+
+// add moves pid (with its threads) into the cgroup.
+func (c *pidsCgroup) add(pid int) error {
+	if err := os.WriteFile(filepath.Join(c.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
+		return fmt.Errorf("move the run into cgroup %s: %w", c.dir, err)
+	}
+	return nil
+}
+
+// remove removes the cgroup once the run's last task has left it.
+func (c *pidsCgroup) remove() {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		err := os.Remove(c.dir)
+		if err == nil || errors.Is(err, os.ErrNotExist) || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (c *pidsCgroup) String() string {
+	return fmt.Sprintf("cgroup v%d %s", c.version, c.dir)
+}
+
+// sweepCgroups removes the cgroups runs killed with postern left under
+// parent: a cgroup with a task in it cannot be removed, so only empty ones go.
+func sweepCgroups(parent string) {
+	ents, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), cgroupPrefix) {
+			_ = os.Remove(filepath.Join(parent, e.Name()))
+		}
+	}
+}
+
+// cgroupMounts finds the cgroup v1 hierarchy holding the pids controller and
+// the cgroup v2 hierarchy, where mounted.
+func cgroupMounts() (v1pids, v2 string, err error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", fmt.Errorf("read mounts: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		sep := slices.Index(fields, "-")
+		if sep < 0 || len(fields) < sep+4 || len(fields) < 5 {
+			continue
+		}
+		mnt, fstype, opts := unescapeMount(fields[4]), fields[sep+1], fields[sep+3]
+		switch {
+		case fstype == "cgroup2" && v2 == "":
+			v2 = mnt
+		case fstype == "cgroup" && v1pids == "" && slices.Contains(strings.Split(opts, ","), "pids"):
+			v1pids = mnt
+		}
+	}
+	return v1pids, v2, sc.Err()
+}
+
+// ownCgroups maps each v1 controller of this process to its cgroup path, and
+// "" to its v2 path.
+func ownCgroups() (map[string]string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return nil, fmt.Errorf("read /proc/self/cgroup: %w", err)
+	}
+	out := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if parts[0] == "0" && parts[1] == "" {
+			out[""] = parts[2]
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			out[c] = parts[2]
+		}
+	}
+	return out, nil
+}
