@@ -200,14 +200,12 @@ func (p poster) do(t *testing.T, args ...string) (stdout, stderr string, code in
 	return r.Stdout, r.Stderr, r.Code
 }
 
-// A run that empties its own records (the store is reachable from inside the
-// wall where POSTERN_HOME is writable) does not crash postern or get the store
-// made afresh: postern says the record could not be written, with its own
-// failure status; where the wall keeps the records out of reach, the store is
-// intact.
+// The records are out of a run's reach wherever they are (here in its
+// working directory): the run cannot empty them, and its record is written.
+// Emptied from outside while a run goes on, the store is not made afresh:
+// postern says the record could not be written, with its own failure status.
 func TestRecordsEmptiedByTheRun(t *testing.T) {
 	testhosts.RequireRoot(t)
-	// The records in the working directory, which the run sees.
 	dir := t.TempDir()
 	home := filepath.Join(dir, "postern-home")
 	if err := os.Mkdir(home, 0o700); err != nil {
@@ -215,21 +213,28 @@ func TestRecordsEmptiedByTheRun(t *testing.T) {
 	}
 	copyStore(t, measuredHome(t), home)
 	path := filepath.Join(home, "records.db")
-	r := (poster{Home: home, Dir: dir}).exec(t, "run", "--", "sh", "-c", ": > \"$POSTERN_HOME/records.db\"; echo tried")
+	p := poster{Home: home, Dir: dir}
+	r := p.exec(t, "run", "--", "sh", "-c", `if (: > "$POSTERN_HOME/records.db") 2>/dev/null; then echo emptied; else echo refused; fi`)
 	checkNoPanic(t, r.Stderr)
-	st, err := os.Stat(path)
-	if err != nil {
+	if r.Code != 0 || !strings.Contains(r.Stdout, "refused") {
+		t.Fatalf("a run emptying its own records: exit %d, stdout %q, stderr %q; want the write refused", r.Code, r.Stdout, r.Stderr)
+	}
+	if st, err := os.Stat(path); err != nil || st.Size() == 0 {
+		t.Fatalf("the store after the run: %v %v", st, err)
+	}
+	if got := p.lastRun(t); got.ExitCode == nil || *got.ExitCode != 0 {
+		t.Fatalf("the run's record: %+v", got)
+	}
+
+	s := p.start(t, "run", "--", "sh", "-c", "sleep 1; echo done")
+	time.Sleep(300 * time.Millisecond)
+	if err := os.Truncate(path, 0); err != nil {
 		t.Fatal(err)
 	}
-	if st.Size() > 0 {
-		// The records were out of the run's reach: the run is recorded.
-		if r.Code == 0 {
-			return
-		}
-		t.Fatalf("the run could not empty the store, yet postern exited %d: %s", r.Code, r.Stderr)
-	}
+	r = s.wait(t)
+	checkNoPanic(t, r.Stderr)
 	if r.Code != exitUnrecorded || !strings.Contains(r.Stderr, "but its record could not be written: records file "+path+" is damaged (an empty file") {
-		t.Fatalf("store emptied by the run: exit %d, stderr %q; want %d and the record's failure", r.Code, r.Stderr, exitUnrecorded)
+		t.Fatalf("store emptied during the run: exit %d, stderr %q; want %d and the record's failure", r.Code, r.Stderr, exitUnrecorded)
 	}
 	if st, _ := os.Stat(path); st.Size() != 0 {
 		t.Fatal("the emptied store was written afresh")

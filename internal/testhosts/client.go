@@ -106,6 +106,12 @@ func (c Client) env(extra ...string) ([]string, error) {
 		}
 	}
 	home, tmp := filepath.Join(c.Dir, "home"), filepath.Join(c.Dir, "tmp")
+	if len(c.Prefix) > 0 {
+		// A program that confines what it runs may refuse a working
+		// directory holding the home (postern's wall does: the home is
+		// read, never written for real): the home goes beside Dir.
+		home = c.Dir + ".home"
+	}
 	for _, d := range []string{home, tmp} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, err
