@@ -293,6 +293,8 @@ allow_cidrs = ["10.20.0.0/16"]`))
 	f.Add([]byte(`allow = ["1.2.3.4", "*", "a:0"] allow_cidrs = ["127.0.0.0/8"] x = 1`))
 	f.Add([]byte("allow {}\nports = [443.5, \"x\"]"))
 	f.Add([]byte(`allow = ["${x}"]`))
+	f.Add([]byte(inspectSrc))
+	f.Add([]byte("allow = [\"a.test\"]\ninspect \"a.test\" {\n  allow_paths = [\"/x/**\"]\n  inject_header = { K = \"env:K\" }\n}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		p, err := Parse("f.hcl", src)
 		if err != nil {
@@ -321,6 +323,17 @@ allow_cidrs = ["10.20.0.0/16"]`))
 		for _, c := range p.AllowCIDRs {
 			if _, floored := Floor(c.Prefix.Addr()); floored && c.Prefix.Bits() == c.Prefix.Addr().BitLen() {
 				t.Fatalf("allow_cidrs entry %v is a floored address", c.Prefix)
+			}
+		}
+		for _, r := range p.Inspect {
+			// Inspection narrows: an inspected host is one an allow rule covers.
+			if h, err := CanonicalHost(r.Host); err != nil || h.Name != r.Host || !slices.ContainsFunc(p.Allow, func(a HostRule) bool { return a.Matches(r.Host, a.Port) }) {
+				t.Fatalf("inspect %q is not a canonical, allowed host", r.Host)
+			}
+			for _, h := range r.Inject {
+				if (h.Env == "") == (h.File == "") {
+					t.Fatalf("inject_header %+v names no single source", h)
+				}
 			}
 		}
 		// Whatever was written, the floor holds.

@@ -84,6 +84,9 @@ type Policy struct {
 	Allow      []HostRule
 	Deny       []HostRule
 	AllowCIDRs []CIDRRule
+	// Inspect are the hosts whose TLS the door terminates, to judge each
+	// request by method and path and to add headers (see InspectRule).
+	Inspect []InspectRule
 
 	self []netip.Addr // the door's own addresses, floored; see WithSelf
 }
