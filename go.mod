@@ -35,4 +35,5 @@ require (
 	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/tools v0.52.0 // indirect
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
+	software.sslmate.com/src/go-pkcs12 v0.7.4 // indirect
 )

@@ -185,3 +185,13 @@ func (d *Door) inspectTLS(ctx context.Context, c, up net.Conn, addr netip.Addr, 
 		}
 	}
 }
+
+// AuthorityPEM is the certificate (PEM) of the authority the door shows
+// inspected hosts' certificates from, which their clients must trust; nil
+// when the policy inspects no host.
+func (d *Door) AuthorityPEM() []byte {
+	if d.insp == nil {
+		return nil
+	}
+	return d.insp.ca.CertPEM()
+}

@@ -46,6 +46,9 @@ type initConfig struct {
 	Ports   []uint16 `json:"ports"`
 	AllTCP  bool     `json:"all_tcp,omitempty"`
 	TTY     bool     `json:"tty"`
+	// Trust and Hide are Spec.TrustPEM's files and Spec.Hide (trust_linux.go).
+	Trust *trustFiles `json:"trust,omitempty"`
+	Hide  []string    `json:"hide,omitempty"`
 }
 
 // wireError is a failed step as it crosses the channel; the host adds the remedy.

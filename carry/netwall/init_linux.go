@@ -349,6 +349,12 @@ func privateMounts(cfg initConfig) error {
 			return fmt.Errorf("write %s: %w", resolvPath, err)
 		}
 	}
+	if err := installTrust(cfg.Trust); err != nil {
+		return err
+	}
+	if err := hidePaths(cfg.Hide); err != nil {
+		return err
+	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount a fresh /proc: %w", err)
 	}

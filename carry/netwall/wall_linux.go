@@ -84,6 +84,9 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		cfg.Env = os.Environ()
 	}
 	cfg.Env = dedupEnv(cfg.Env)
+	if err := addTrust(&cfg, spec); err != nil {
+		return nil, err
+	}
 	if cfg.Dir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -114,8 +117,11 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 
 	uid, gid := os.Getuid(), os.Getgid()
 	cmd := &exec.Cmd{
-		Path:       Self,
-		Args:       []string{Self, InitArg},
+		Path: Self,
+		Args: []string{Self, InitArg},
+		// The init is pid 1 of the run, whose /proc shows its environment:
+		// it gets the run's, never more.
+		Env:        cfg.Env,
 		ExtraFiles: []*os.File{childEnd},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:                 cloneFlags,
