@@ -94,6 +94,7 @@ func newInspector(cfg Config) (*inspector, error) {
 			if !ok {
 				return nil, errors.New("handshake on a connection the door did not admit for inspection")
 			}
+			cc.certSent.Store(true)
 			return in.ca.leaf(cc.name)
 		},
 	}

@@ -49,6 +49,9 @@ type inspectClientConn struct {
 	name     string // the inspected host
 	pre      []byte
 	up, down atomic.Int64
+	// certSent: the handshake got as far as the door's certificate, so
+	// a failure after it is the client's answer to it.
+	certSent atomic.Bool
 }
 
 func (c *inspectClientConn) Read(p []byte) (int, error) {
@@ -86,7 +89,7 @@ func (d *Door) serveInspected(ctx context.Context, c, up net.Conn, addr netip.Ad
 	cancel()
 	if err != nil {
 		hj := j
-		hj.Decision = policy.Decision{Verdict: policy.Deny, Reason: clientHandshakeReason(name, err), Rule: inspectRef(rule)}
+		hj.Decision = policy.Decision{Verdict: policy.Deny, Reason: clientHandshakeReason(name, err, cc.certSent.Load()), Rule: inspectRef(rule)}
 		d.emit(d.decisionEvent(id, kind, c.RemoteAddr(), hj))
 		return cc.up.Load(), cc.down.Load()
 	}
@@ -96,15 +99,25 @@ func (d *Door) serveInspected(ctx context.Context, c, up net.Conn, addr netip.Ad
 }
 
 // clientHandshakeReason says why a client's handshake with the door failed.
-func clientHandshakeReason(name string, err error) string {
+// Once the door's certificate went out, a failure is the client's answer to
+// it, whether it came as an alert (in TLS 1.3 encrypted under keys the
+// client may already have dropped), a close or a reset.
+func clientHandshakeReason(name string, err error, certSent bool) string {
 	var oe *net.OpError
-	if errors.As(err, &oe) && oe.Op == "remote error" {
-		return fmt.Sprintf("client refused the inspection certificate for %s (%v): it may pin its certificate; remove %s from inspect to splice it", name, oe.Err, name)
+	// A TLS 1.3 client that rejects the certificate sends its alert before
+	// it has handshake keys, which the door then cannot read.
+	detail := "it ended the handshake on receiving it: " + err.Error()
+	switch {
+	case errors.As(err, &oe) && oe.Op == "remote error":
+		detail = oe.Err.Error()
+		certSent = true
+	case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET):
+		detail = "it closed the connection on receiving it"
 	}
-	if errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) {
-		return fmt.Sprintf("client closed the connection during the tls handshake for %s: it may not trust the run's certificate authority or may pin its certificate; remove %s from inspect to splice it", name, name)
+	if certSent {
+		return fmt.Sprintf("client refused the inspection certificate for %s (%s): it may pin its certificate; remove %s from inspect to splice it", name, detail, name)
 	}
-	return fmt.Sprintf("tls handshake with the client for %s failed: %v", name, err)
+	return fmt.Sprintf("tls handshake with the client for %s failed before the door's certificate was sent: %v", name, err)
 }
 
 func inspectRef(r *policy.InspectRule) string {
