@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 )
 
 // minSecretLen is the shortest value inject_header may carry: a shorter one
@@ -152,6 +153,21 @@ type scrubBody struct {
 // errBodyAfterClose is a read of a response body after Close.
 var errBodyAfterClose = errors.New("read of a response body after close")
 
+// scrubBufSize is a body's first buffer; most responses fit one.
+const scrubBufSize = 32 << 10
+
+var scrubBufs = sync.Pool{New: func() any { b := make([]byte, 0, scrubBufSize); return &b }}
+
+// release gives the buffer back once nothing more will be read from it.
+func (b *scrubBody) release() {
+	if b.raw != nil && cap(b.raw) == scrubBufSize {
+		r := b.raw[:0]
+		scrubBufs.Put(&r)
+	}
+	b.raw, b.marks = nil, nil
+	b.sent, b.final = 0, 0
+}
+
 func (b *scrubBody) Read(p []byte) (int, error) {
 	for {
 		if b.sent < b.final {
@@ -160,7 +176,11 @@ func (b *scrubBody) Read(p []byte) (int, error) {
 			return n, nil
 		}
 		if b.err != nil {
+			b.release()
 			return 0, b.err
+		}
+		if b.raw == nil {
+			b.raw = *scrubBufs.Get().(*[]byte)
 		}
 		// What went out leaves; what is held moves to the front.
 		rest := copy(b.raw, b.raw[b.final:])
@@ -171,7 +191,7 @@ func (b *scrubBody) Read(p []byte) (int, error) {
 		}
 		b.sent, b.final = 0, 0
 		if cap(b.raw)-len(b.raw) < 4<<10 {
-			b.raw = slices.Grow(b.raw, max(32<<10, len(b.raw)))
+			b.raw = slices.Grow(b.raw, max(scrubBufSize, len(b.raw)))
 		}
 		n, err := b.rc.Read(b.raw[len(b.raw):cap(b.raw)])
 		b.raw = b.raw[:len(b.raw)+n]
@@ -219,5 +239,6 @@ func (b *scrubBody) Close() error {
 	if b.err == nil {
 		b.err = errBodyAfterClose
 	}
+	b.release()
 	return b.rc.Close()
 }

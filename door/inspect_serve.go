@@ -190,9 +190,19 @@ func (d *Door) newInspectedConn(j Judgement, id uint64, name string, rule *polic
 		ModifyResponse: ic.modifyResponse,
 		ErrorHandler:   ic.upstreamError,
 		ErrorLog:       discardLog,
+		BufferPool:     proxyBufs{},
 	}
 	return ic
 }
+
+// proxyBufs lends ReverseProxy its copy buffers (32 KiB each, as it would
+// allocate per request).
+type proxyBufs struct{}
+
+var proxyBufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (proxyBufs) Get() []byte  { return *proxyBufPool.Get().(*[]byte) }
+func (proxyBufs) Put(b []byte) { proxyBufPool.Put(&b) }
 
 // oneConn is a listener that yields one connection, then waits until it is
 // closed.
