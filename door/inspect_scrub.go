@@ -141,6 +141,10 @@ type scrubBody struct {
 	rc io.ReadCloser
 	s  *scrubber
 
+	// mu is held by Read, so that Close (which first closes rc, to end a
+	// read in flight) gives the buffer back only once no read uses it.
+	mu sync.Mutex
+
 	// raw holds what was read from upstream and not yet returned:
 	// raw[:final] is settled and masked (raw[sent:final] still to return),
 	// raw[final:] is held, as it came.
@@ -169,6 +173,8 @@ func (b *scrubBody) release() {
 }
 
 func (b *scrubBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	for {
 		if b.sent < b.final {
 			n := copy(p, b.raw[b.sent:b.final])
@@ -236,9 +242,12 @@ func (b *scrubBody) settle() {
 }
 
 func (b *scrubBody) Close() error {
+	err := b.rc.Close()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.err == nil {
 		b.err = errBodyAfterClose
 	}
 	b.release()
-	return b.rc.Close()
+	return err
 }
