@@ -18,6 +18,7 @@ require (
 	golang.org/x/net v0.62.0
 	golang.org/x/sys v0.50.0
 	golang.org/x/term v0.48.0
+	software.sslmate.com/src/go-pkcs12 v0.7.4
 )
 
 require (
@@ -35,5 +36,4 @@ require (
 	golang.org/x/text v0.44.0 // indirect
 	golang.org/x/tools v0.52.0 // indirect
 	kernel.org/pub/linux/libs/security/libcap/psx v1.2.78 // indirect
-	software.sslmate.com/src/go-pkcs12 v0.7.4 // indirect
 )
