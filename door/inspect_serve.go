@@ -397,6 +397,12 @@ func (ic *inspectedConn) rewrite(pr *httputil.ProxyRequest) {
 	out.URL.Opaque = policy.EscapePath(norm)
 	out.URL.Path, out.URL.RawPath = "", ""
 	out.Host = ic.authority
+	if strings.EqualFold(out.Header.Get("Upgrade"), "h2c") {
+		// HTTP/2 on the upgraded connection would carry requests the door
+		// never judges: stay on HTTP/1.1.
+		out.Header.Del("Upgrade")
+		out.Header.Del("Connection")
+	}
 	for _, h := range ic.inject {
 		out.Header[h.key] = []string{h.value}
 	}

@@ -51,7 +51,7 @@ type upstreamLog struct {
 }
 
 type seenRequest struct {
-	Method, URI, Host, Auth, AcceptEncoding, Proto string
+	Method, URI, Host, Auth, AcceptEncoding, Proto, Upgrade string
 }
 
 func (l *upstreamLog) all() []seenRequest {
@@ -66,7 +66,7 @@ func (l *upstreamLog) all() []seenRequest {
 func upstreamHandler(log *upstreamLog) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		log.mu.Lock()
-		log.reqs = append(log.reqs, seenRequest{r.Method, r.RequestURI, r.Host, r.Header.Get("Authorization"), r.Header.Get("Accept-Encoding"), r.Proto})
+		log.reqs = append(log.reqs, seenRequest{r.Method, r.RequestURI, r.Host, r.Header.Get("Authorization"), r.Header.Get("Accept-Encoding"), r.Proto, r.Header.Get("Upgrade")})
 		log.mu.Unlock()
 		auth := r.Header.Get("Authorization")
 		switch {
@@ -99,6 +99,11 @@ func upstreamHandler(log *upstreamLog) http.Handler {
 // tlsUpstream serves handler over TLS (HTTP/2 and HTTP/1.1) on loopback with a
 // certificate for name from ca.
 func tlsUpstream(t *testing.T, ca *Authority, name string, handler http.Handler, clientAuth tls.ClientAuthType) string {
+	return tlsUpstreamServer(t, ca, name, handler, clientAuth, false)
+}
+
+// tlsUpstreamServer is tlsUpstream, speaking only HTTP/1.1 if h1.
+func tlsUpstreamServer(t *testing.T, ca *Authority, name string, handler http.Handler, clientAuth tls.ClientAuthType, h1 bool) string {
 	t.Helper()
 	cert, err := ca.leaf(name)
 	if err != nil {
@@ -107,6 +112,9 @@ func tlsUpstream(t *testing.T, ca *Authority, name string, handler http.Handler,
 	l := listen(t)
 	srv := &http.Server{Handler: handler, ErrorLog: discardLog,
 		TLSConfig: &tls.Config{Certificates: []tls.Certificate{*cert}, ClientAuth: clientAuth}}
+	if h1 {
+		srv.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
+	}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.ServeTLS(l, "", "") }()
 	t.Cleanup(func() { srv.Close(); <-done })
@@ -450,6 +458,21 @@ func TestInspectTransparent(t *testing.T) {
 	}
 	if n != 2 {
 		t.Errorf("want two refused DELETEs, by name and by address with the name in its hello; events %+v", l.ev.all())
+	}
+}
+
+func TestInspectDropsH2CUpgrade(t *testing.T) {
+	checkNoLeaks(t)
+	l := newInspectLab(t, tls.NoClientCert)
+	// An upstream on HTTP/1.1, which could take the upgrade.
+	l.route("11.0.0.1", tlsUpstreamServer(t, l.upstreamCA, "api.test", upstreamHandler(l.log), tls.NoClientCert, true))
+	c := l.client(t, l.doorRoots(), false)
+	resp, _ := get(t, c, "GET", "https://api.test/repos/acme/x", "Connection", "Upgrade", "Upgrade", "h2c")
+	if resp.StatusCode != 200 || !strings.Contains(resp.Status, "200") {
+		t.Fatal(resp.Status)
+	}
+	if seen := l.log.all(); len(seen) != 1 || seen[0].Upgrade != "" {
+		t.Errorf("the upstream was asked to upgrade: %+v", seen)
 	}
 }
 
