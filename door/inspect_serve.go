@@ -322,16 +322,16 @@ func (ic *inspectedConn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			"the connection was made to "+ic.name+": send requests for other hosts on connections of their own"))
 		return
 	}
-	if err != nil {
-		refuse(policy.ReasonBadPath, inspectRef(ic.rule), d.requestDenyText(r.Method+" (unreadable path)", ic.name, ic.j.Port,
-			policy.Decision{Reason: fmt.Sprintf("%s: %v", policy.ReasonBadPath, err), Rule: inspectRef(ic.rule)},
-			"send the path percent-encoded, without control characters"))
-		return
-	}
 	if r.Method == http.MethodConnect {
 		refuse("connect inside an inspected connection", inspectRef(ic.rule), d.requestDenyText(what, ic.name, ic.j.Port,
 			policy.Decision{Reason: "connect inside an inspected connection", Rule: inspectRef(ic.rule)},
 			"a tunnel inside the connection would carry requests the door cannot judge; open a new connection instead"))
+		return
+	}
+	if err != nil {
+		refuse(policy.ReasonBadPath, inspectRef(ic.rule), d.requestDenyText(r.Method+" (unreadable path)", ic.name, ic.j.Port,
+			policy.Decision{Reason: fmt.Sprintf("%s: %v", policy.ReasonBadPath, err), Rule: inspectRef(ic.rule)},
+			"send the path percent-encoded, without control characters"))
 		return
 	}
 	pol := d.policy()
