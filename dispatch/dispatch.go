@@ -30,10 +30,13 @@ type Spec struct {
 	PolicyPath string   // "" gets a policy that allows nothing
 	AddHosts   []string // NAME:IP pins for the door's lookups
 	Resolver   string   // DNS server for the door's lookups; "" is the system resolver
-	EgressOpen string   // a reason to run without a wall; recorded
-	Command    []string
-	Dir        string
-	Env        []string
+	// UpstreamRoots is a PEM file of authorities the door trusts, besides the
+	// machine's, when it verifies a host the policy inspects (local runs).
+	UpstreamRoots string
+	EgressOpen    string // a reason to run without a wall; recorded
+	Command       []string
+	Dir           string
+	Env           []string
 	// KeepHome keeps what the run writes in its home outside its writable
 	// places (its private layer), in a directory of postern's named at the
 	// end, rather than discarding it.
@@ -94,6 +97,8 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	if err != nil {
 		return nil, &PolicyError{err}
 	}
+	// Whatever the lane, the run never holds what the door injects.
+	spec.Env = withoutInjected(spec.Env, pol)
 	pins, err := parsePins(spec.AddHosts)
 	if err != nil {
 		return nil, &PolicyError{err}

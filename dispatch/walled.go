@@ -34,6 +34,9 @@ type Walled struct {
 	Policy   *policy.Policy
 	Pins     map[string][]netip.Addr
 	Resolver string
+	// UpstreamRoots is a PEM file of authorities the door trusts, besides
+	// the machine's, when it verifies a host the policy inspects.
+	UpstreamRoots string
 
 	// Stdin, Stdout and Stderr are the run's streams; a terminal on Stdin gets the
 	// run its own pseudo-terminal with Stdin's size.
@@ -119,10 +122,22 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	if pids <= 0 {
 		pids = w.Policy.PidsLimit
 	}
+	// The run trusts the authority the door shows inspected hosts with;
+	// what postern reads injected headers from stays out of its reach.
+	ca, err := inspectAuthority(w.Policy)
+	if err != nil {
+		return 0, err
+	}
+	var trust []byte
+	if ca != nil {
+		trust = ca.CertPEM()
+	}
 	wall, err := netwall.Raise(ctx, netwall.Spec{
 		Command:   w.Command,
 		Dir:       w.Dir,
-		Env:       walledEnv(w.Env),
+		Env:       walledEnv(withoutInjected(w.Env, w.Policy)),
+		TrustPEM:  trust,
+		Hide:      w.Policy.InjectFiles(),
 		Ports:     w.Policy.Ports,
 		AllTCP:    observe,
 		Stdin:     stdin,
@@ -161,7 +176,8 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 			return 0, err
 		}
 	}
-	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger}
+	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger,
+		Authority: ca, UpstreamRoots: w.UpstreamRoots}
 	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 		return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	})

@@ -33,6 +33,9 @@ type Door struct {
 	pol    atomic.Pointer[policy.Policy]
 	connID atomic.Uint64
 	fakes  *fakeIPs
+	// insp holds what inspecting hosts needs; nil when the policy inspects
+	// none.
+	insp *inspector
 	// repeats holds back decisions made again within a second (lookups,
 	// the wall's refusals), so that a flood is recorded as a count.
 	repeats *repeats
@@ -93,6 +96,11 @@ func New(cfg Config) (*Door, error) {
 		conns:   make(map[net.Conn]struct{}),
 	}
 	d.pol.Store(cfg.Policy)
+	insp, err := newInspector(cfg)
+	if err != nil {
+		return nil, err
+	}
+	d.insp = insp
 	if cfg.Resolver != "" {
 		d.lookup = dnsLookup(cfg.Resolver, cfg.DialTimeout)
 	} else {
@@ -359,7 +367,7 @@ func (d *Door) emit(ev Event) {
 			"conn", ev.Conn, "kind", ev.Kind, "host", ev.Host, "port", ev.Port,
 			"addr", ev.Addr, "decision", ev.Decision, "mode", ev.Mode,
 			"reason", ev.Reason, "rule", ev.Rule, "would_deny", ev.WouldDeny,
-			"client", ev.Client)
+			"client", ev.Client, "method", ev.Method, "path", ev.Path)
 	case "end":
 		d.log.Debug("door end",
 			"conn", ev.Conn, "kind", ev.Kind, "host", ev.Host, "port", ev.Port,

@@ -353,6 +353,9 @@ func (s *httpSession) one(req *http.Request, facts headFacts) bool {
 		s.denied(j.Decision.Reason, d.denyText(what, j), closeAfter)
 		return !closeAfter
 	}
+	if s.refusedByInspect(req, j, req.URL.Host, id, "http", closeAfter) {
+		return !closeAfter
+	}
 	emitted := false
 	emitDecision := func(addr netip.Addr) {
 		if emitted {
@@ -400,6 +403,9 @@ func (s *httpSession) onePinned(req *http.Request, facts headFacts) bool {
 		if s.pinDenies(what, j, name) {
 			return false
 		}
+	}
+	if s.refusedByInspect(req, j, authority, p.id, p.kind, req.Close || req.ContentLength != 0 || facts.closeAfter) {
+		return !(req.Close || req.ContentLength != 0 || facts.closeAfter)
 	}
 	if authority == "" {
 		authority = targetString(j.Host, j.Port) // an HTTP/1.0 request with no Host

@@ -226,10 +226,10 @@ func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request,
 		return
 	}
 	upN, downN, denied := d.pipe(c, up, pre, func(fb firstBytes, herr error) bool {
-		return d.judgeHead(id, "connect", c, j, fb, herr, headRules{})
+		return d.judgeHead(id, "connect", c, j, fb, herr, headRules{inspected: d.inspectsName(j.Host)})
 	}, func(head []byte) (int64, int64) {
 		return d.servePinnedHTTP(ctx, c, up, addr, j, id, "connect", head)
-	})
+	}, d.inspectTLS(ctx, c, up, addr, j, id, "connect"))
 	reason := "closed"
 	if denied {
 		reason = "refused on first bytes"

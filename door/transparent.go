@@ -39,8 +39,11 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 		host = policy.Host{Name: name}
 	}
 
-	clientFirst := port == 80 || port == 443
-	rules := headRules{tlsOnly: port == 443, httpOnly: port == 80}
+	// An inspected host's first bytes are read before anything is dialled on
+	// every port: they decide whether its TLS is terminated.
+	inspected := d.inspectsName(host)
+	clientFirst := port == 80 || port == 443 || inspected
+	rules := headRules{tlsOnly: port == 443, httpOnly: port == 80, inspected: inspected}
 	var (
 		head   []byte
 		fb     firstBytes
@@ -85,6 +88,13 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 
 	var upN, downN int64
 	denied := false
+	if peeked && fb.kind == headTLS && herr == nil {
+		if name, rule := d.inspection(j, fb.name); rule != nil {
+			upN, downN = d.serveInspected(ctx, c, up, addr, j, id, "transparent", name, rule, head)
+			d.emitEnd(id, "transparent", j, upN, downN, start, "closed")
+			return
+		}
+	}
 	if peeked && fb.kind == headHTTP && herr == nil {
 		// Plain HTTP: every request on the connection is held to the admitted
 		// host, not just the first.
@@ -108,7 +118,7 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 			return d.judgeHead(id, "transparent", c, j, fb, herr, rules)
 		}, func(head []byte) (int64, int64) {
 			return d.servePinnedHTTP(ctx, c, up, addr, j, id, "transparent", head)
-		})
+		}, d.inspectTLS(ctx, c, up, addr, j, id, "transparent"))
 	}
 	reason := "closed"
 	if denied {

@@ -186,6 +186,9 @@ type headRules struct {
 	// transparent side on 80): anything else there (HTTP/2's preface, a
 	// lowercase method, TLS) would pass unread.
 	httpOnly bool
+	// inspected denies bytes that are neither TLS nor HTTP/1.x: the host's
+	// requests are judged one by one, and opaque bytes would pass unread.
+	inspected bool
 }
 
 // checkHead says why a connection admitted by j may not carry these first
@@ -206,6 +209,9 @@ func (d *Door) checkHead(j Judgement, fb firstBytes, herr error, rules headRules
 		}
 		if rules.httpOnly {
 			return fmt.Sprintf("bytes that are not an http/1.x request on port %d", j.Port)
+		}
+		if rules.inspected {
+			return fmt.Sprintf("bytes that are neither tls nor http/1.x to %s, whose requests the policy inspects", hostString(j.Host))
 		}
 		return ""
 	case headTLS:
@@ -257,8 +263,12 @@ func (d *Door) checkHead(j Judgement, fb firstBytes, herr error, rules headRules
 // When the client's first bytes are an HTTP request and the server has not
 // spoken, the connection is handed to onHTTP (if not nil) with those bytes,
 // to be served request by request: a tunnel that stayed a byte pipe after its
-// first request would let a later request on it name any host.
-func (d *Door) pipe(client, upstream net.Conn, pre []byte, onHead func(firstBytes, error) (deny bool), onHTTP func(head []byte) (up, down int64)) (up, down int64, denied bool) {
+// first request would let a later request on it name any host. A TLS
+// ClientHello that onTLS (if not nil) claims for inspection goes to the
+// function it returns; if the server spoke first, so that the connection
+// cannot be taken back whole, both ends are closed and the function is called
+// with a nil head, to record the refusal.
+func (d *Door) pipe(client, upstream net.Conn, pre []byte, onHead func(firstBytes, error) (deny bool), onHTTP func(head []byte) (up, down int64), onTLS func(firstBytes) func(head []byte) (up, down int64)) (up, down int64, denied bool) {
 	dp := startDownPump(client, upstream)
 
 	head, fb, herr := readHead(client, pre, time.Time{})
@@ -275,6 +285,19 @@ func (d *Door) pipe(client, upstream net.Conn, pre []byte, onHead func(firstByte
 	if onHTTP != nil && fb.kind == headHTTP && herr == nil && dp.stop() {
 		up, down = onHTTP(head)
 		return up, down, false
+	}
+	if onTLS != nil && fb.kind == headTLS && herr == nil {
+		if inspect := onTLS(fb); inspect != nil {
+			if !dp.stop() {
+				client.Close()
+				upstream.Close()
+				down = dp.wait()
+				inspect(nil)
+				return 0, down, true
+			}
+			up, down = inspect(head)
+			return up, down, false
+		}
 	}
 	if _, err := upstream.Write(head); err != nil {
 		client.Close()

@@ -22,7 +22,8 @@ type Event struct {
 	// Kind is how the attempt reached the door: "connect" (explicit CONNECT),
 	// "http" (explicit absolute-URI request), "transparent" (redirected by the
 	// wall), "dns" (a lookup inside the wall), "wall" (refused by the wall
-	// itself: a port or protocol that does not lead to the door).
+	// itself: a port or protocol that does not lead to the door), "request"
+	// (one request on a connection to a host the policy inspects).
 	Kind       string `json:"kind"`
 	Host       string `json:"host"`
 	Port       uint16 `json:"port,omitempty"`
@@ -36,6 +37,12 @@ type Event struct {
 	BytesUp    int64  `json:"bytes_up,omitempty"`
 	BytesDown  int64  `json:"bytes_down,omitempty"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
+	// Method and Path are the request a "request" decision judged: a
+	// request inside a connection to a host the policy inspects. Path is
+	// the normalised path the door forwards, without its query; bodies and
+	// headers are never recorded.
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
 	// Repeats counts the decisions like this one (same kind, host, query
 	// type or port, and decision) that the door made in the quiet second
 	// before it and did not record one by one: the event stands for
@@ -63,6 +70,13 @@ type Config struct {
 	DrainTimeout time.Duration
 	// DialTimeout bounds each upstream dial. Zero means 10s.
 	DialTimeout time.Duration
+	// Authority signs the certificates the door shows clients of the hosts
+	// the policy inspects. Nil makes one when the policy inspects any; a
+	// run's wall must trust it (see NewAuthority).
+	Authority *Authority
+	// UpstreamRoots is a PEM file of certificate authorities the door
+	// trusts, besides this machine's, when it verifies an inspected host.
+	UpstreamRoots string
 }
 
 // Listeners are the sockets a Door serves. Any may be nil.

@@ -52,6 +52,9 @@ type initConfig struct {
 	// NProc, when set, is the RLIMIT_NPROC the command starts with: the
 	// run's pids limit where no cgroup holds it.
 	NProc uint64 `json:"nproc,omitempty"`
+	// Trust and Hide are Spec.TrustPEM's files and Spec.Hide (trust_linux.go).
+	Trust *trustFiles `json:"trust,omitempty"`
+	Hide  []string    `json:"hide,omitempty"`
 }
 
 // wireError is a failed step as it crosses the channel; the host adds the remedy.

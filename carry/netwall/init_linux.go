@@ -365,6 +365,12 @@ func privateMounts(cfg initConfig) (*mounted, error) {
 			return nil, fmt.Errorf("write %s: %w", resolvPath, err)
 		}
 	}
+	if err := installTrust(cfg.Trust); err != nil {
+		return nil, err
+	}
+	if err := hidePaths(cfg.Hide); err != nil {
+		return nil, err
+	}
 	layer, err := makeLayer(base, l)
 	if err != nil {
 		return nil, err

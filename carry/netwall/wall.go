@@ -52,7 +52,20 @@ type Spec struct {
 	// PidsLimit bounds the processes and threads the run has at once; 0 is
 	// DefaultPidsLimit.
 	PidsLimit int
-	Logger    *slog.Logger
+	// TrustPEM, if set, is one more certificate authority (PEM) the run
+	// trusts: the door's, for the hosts it inspects. Inside the run the
+	// system bundle's paths (Debian, RHEL, Alpine) read as that bundle with
+	// the authority appended, and SSL_CERT_FILE, REQUESTS_CA_BUNDLE,
+	// CURL_CA_BUNDLE, GIT_SSL_CAINFO, PIP_CERT, NODE_EXTRA_CA_CERTS and
+	// Java's trust store options (JAVA_TOOL_OPTIONS) name the run's copies.
+	// Nothing outside the run changes.
+	TrustPEM []byte
+	// Hide are files the run may not read (where postern reads injected
+	// header values from): inside the run each is an empty file no one may
+	// open.
+	Hide []string
+
+	Logger *slog.Logger
 }
 
 // Kernel steps a wall is raised in; KernelError.Step is one of them.

@@ -88,6 +88,9 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		cfg.Env = os.Environ()
 	}
 	cfg.Env = dedupEnv(cfg.Env)
+	if err := addTrust(&cfg, spec); err != nil {
+		return nil, err
+	}
 	if cfg.Dir == "" {
 		wd, err := os.Getwd()
 		if err != nil {
@@ -124,14 +127,14 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 			cg, why = nil, err.Error()
 		}
 	}
-	cmd, ctl, err := startInit(spec, cgroupFD)
+	cmd, ctl, err := startInit(spec, cfg.Env, cgroupFD)
 	if err != nil && cgroupFD >= 0 {
 		// A kernel before 5.7, or a cgroup this user may not start in.
 		unix.Close(cgroupFD)
 		cgroupFD = -1
 		cg.remove()
 		cg, why = nil, fmt.Sprintf("start in cgroup %s: %v", cg.dir, err)
-		cmd, ctl, err = startInit(spec, -1)
+		cmd, ctl, err = startInit(spec, cfg.Env, -1)
 	}
 	if cgroupFD >= 0 {
 		unix.Close(cgroupFD)
@@ -482,7 +485,7 @@ func dedupEnv(env []string) []string {
 
 // startInit starts the wall's init in new namespaces, in the cgroup of
 // cgroupFD when it is not -1, with the control socket as its descriptor 3.
-func startInit(spec Spec, cgroupFD int) (*exec.Cmd, *channel, error) {
+func startInit(spec Spec, env []string, cgroupFD int) (*exec.Cmd, *channel, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("control socketpair: %w", err)
@@ -495,8 +498,11 @@ func startInit(spec Spec, cgroupFD int) (*exec.Cmd, *channel, error) {
 	}
 	uid, gid := os.Getuid(), os.Getgid()
 	cmd := &exec.Cmd{
-		Path:       Self,
-		Args:       []string{Self, InitArg},
+		Path: Self,
+		Args: []string{Self, InitArg},
+		// The init is pid 1 of the run, whose /proc shows its environment:
+		// it gets the run's, never more.
+		Env:        env,
 		ExtraFiles: []*os.File{childEnd},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:                 cloneFlags,

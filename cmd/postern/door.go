@@ -24,6 +24,8 @@ var doorFlags struct {
 	addHosts []string
 	resolver string
 	run      string
+	upstream string
+	caOut    string
 }
 
 var doorCmd = &cobra.Command{
@@ -69,9 +71,20 @@ accepting and lets open connections drain.`,
 			Run:      doorFlags.run,
 			Logger:   doorLog,
 			Emit:     events.Emit,
+
+			UpstreamRoots: doorFlags.upstream,
 		})
 		if err != nil {
 			return &exitError{code: 2, err: err}
+		}
+		if doorFlags.caOut != "" {
+			pem := d.AuthorityPEM()
+			if pem == nil {
+				return &exitError{code: 2, err: fmt.Errorf("--ca-out: the policy inspects no host, so the door has no certificate authority to write")}
+			}
+			if err := os.WriteFile(doorFlags.caOut, pem, 0o644); err != nil {
+				return fmt.Errorf("--ca-out: %w", err)
+			}
 		}
 		// No TCP keep-alive on client connections: the client is on this
 		// machine or in the run, and the setsockopts cost every accept.
@@ -158,5 +171,7 @@ func init() {
 	f.StringArrayVar(&doorFlags.addHosts, "add-host", nil, "pin NAME:IP (repeatable; IPv6 as NAME:[2001:db8::1])")
 	f.StringVar(&doorFlags.resolver, "resolver", "", "DNS server host:port for the door's own lookups (default: the system resolver)")
 	f.StringVar(&doorFlags.run, "run", "", "run id copied into every event")
+	f.StringVar(&doorFlags.upstream, "upstream-ca", "", "PEM file of certificate authorities trusted, besides this machine's, when verifying a host the policy inspects")
+	f.StringVar(&doorFlags.caOut, "ca-out", "", "write the certificate (PEM) of the authority the door shows inspected hosts with, for clients to trust")
 	rootCmd.AddCommand(doorCmd)
 }

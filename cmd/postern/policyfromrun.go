@@ -104,7 +104,9 @@ func policyFromEvents(run *records.Run, evs []door.Event) string {
 	var refused, deny []string
 	seenRefused := map[string]bool{}
 	for _, ev := range evs {
-		if ev.Event != "decision" || ev.Host == "" {
+		// A request inside an inspected connection is not a destination:
+		// its connection's own decision is.
+		if ev.Event != "decision" || ev.Host == "" || ev.Kind == "request" {
 			continue
 		}
 		// A lookup admitted is not yet a connection: what the run reached is

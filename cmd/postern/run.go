@@ -115,6 +115,7 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 	f.StringVar(&spec.PolicyPath, "policy", "", "egress policy file (HCL); without it the run may reach nothing")
 	f.StringArrayVar(&spec.AddHosts, "add-host", nil, "pin a name to an address for the door's lookups, NAME:IP (repeatable)")
 	f.StringVar(&spec.Resolver, "resolver", "", "DNS server (host:port) for the door's own lookups; default the system resolver")
+	f.StringVar(&spec.UpstreamRoots, "upstream-ca", "", "PEM file of certificate authorities trusted, besides this machine's, when the door verifies a host the policy inspects")
 	f.StringVar(&spec.EgressOpen, "egress-open", "", "run WITHOUT a wall; the reason is required and recorded")
 	f.BoolVar(&spec.KeepHome, "keep-home", false, "keep what the run writes in its home outside its writable places, rather than discarding it; the end of the run says where")
 	f.IntVar(&spec.PidsLimit, "pids-limit", 0, "processes and threads the run may have at once (default: the policy's pids_limit, else 4096)")
@@ -134,6 +135,9 @@ func printDenial(w io.Writer, ev door.Event) {
 	target := ev.Host
 	if ev.Port != 0 {
 		target = fmt.Sprintf("%s:%d", ev.Host, ev.Port)
+	}
+	if ev.Method != "" {
+		target = ev.Method + " " + ev.Path + " on " + target
 	}
 	// The run chose the target (a malformed one is recorded as sent): it
 	// must not act on the person's terminal.

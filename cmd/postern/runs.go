@@ -214,7 +214,11 @@ func eventRow(ev door.Event) string {
 	if ev.Port != 0 {
 		port = fmt.Sprint(ev.Port)
 	}
+	reason := ev.Reason
+	if ev.Method != "" {
+		reason = ev.Method + " " + ev.Path + ": " + reason
+	}
 	// Host and reason can carry what the run sent: shown printable only.
 	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ev.Time.Local().Format("15:04:05.000"), ev.Event, ev.Kind, decision,
-		termtext.Printable(ev.Host), port, ev.Addr, termtext.Printable(ev.Reason), bytes)
+		termtext.Printable(ev.Host), port, ev.Addr, termtext.Printable(reason), bytes)
 }

@@ -24,4 +24,12 @@
 //     addresses.
 //   - allow_cidrs entries that lie entirely inside the floor are rejected when
 //     parsed; wider ones (0.0.0.0/0) are accepted and the floor still applies.
+//   - An inspect block names one host exactly, which an allow rule must cover;
+//     DecideRequest judges the requests on it by method and by path.
+//     NormalisePath decodes escapes (an encoded slash separates segments),
+//     removes dot segments and empty ones, and the door forwards the path it
+//     judged. In globs "*" stays within a segment and a "**" segment spans any
+//     number of segments; deny_paths ignore letter case, allow_paths do not.
+//     inject_header values are read from postern's own environment or a file
+//     by the door, never written in the policy.
 package policy

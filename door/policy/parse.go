@@ -76,7 +76,11 @@ var knownAttrs = []string{"name", "mode", "ports", "allow", "deny", "allow_cidrs
 // A name in allow or deny covers itself and all its subdomains; "*.name"
 // covers only the subdomains. "name:port" restricts a rule to one port, which
 // for allow rules must be in ports. Deny wins over allow. Addresses are opened
-// only by allow_cidrs, and never inside the hard floor.
+// only by allow_cidrs, and never inside the hard floor. Blocks
+//
+//	inspect "api.github.com" { allow_methods = ["GET"] }
+//
+// name hosts whose requests are judged one by one (see InspectRule).
 func Parse(filename string, src []byte) (*Policy, error) {
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
 	if diags.HasErrors() {
@@ -90,9 +94,14 @@ func Parse(filename string, src []byte) (*Policy, error) {
 		}}}
 	}
 	c := compiler{src: src, p: &Policy{Source: filename, Mode: Enforce}}
+	var inspects []*hclsyntax.Block
 	for _, blk := range body.Blocks {
+		if blk.Type == "inspect" {
+			inspects = append(inspects, blk)
+			continue
+		}
 		c.errorf(blk.TypeRange, fmt.Sprintf("unexpected block %q", blk.Type),
-			"a policy has no blocks, only the attributes %s; write for example allow = [\"github.com\"]", attrList())
+			"a policy has inspect blocks and the attributes %s; write for example allow = [\"github.com\"]", attrList())
 	}
 	attrs := make([]*hclsyntax.Attribute, 0, len(body.Attributes))
 	for _, a := range body.Attributes {
@@ -142,6 +151,10 @@ func Parse(filename string, src []byte) (*Policy, error) {
 	}
 	if cidrs != nil {
 		c.cidrs(cidrs)
+	}
+	// An inspected host must be allowed: after the host rules.
+	for _, blk := range inspects {
+		c.inspect(blk)
 	}
 	if c.diags.HasErrors() {
 		slices.SortStableFunc(c.diags, func(a, b *hcl.Diagnostic) int {

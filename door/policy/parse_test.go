@@ -294,6 +294,8 @@ allow_cidrs = ["10.20.0.0/16"]`))
 	f.Add([]byte("allow {}\nports = [443.5, \"x\"]"))
 	f.Add([]byte(`allow = ["${x}"]`))
 	f.Add([]byte(`writable = ["~/.claude", "/srv/x", "~/.config"] deny_read = ["~/.ssh/id_*"] allow_read = ["~/.ssh/*.pub"] pids_limit = 64`))
+	f.Add([]byte(inspectSrc))
+	f.Add([]byte("allow = [\"a.test\"]\ninspect \"a.test\" {\n  allow_paths = [\"/x/**\"]\n  inject_header = { K = \"env:K\" }\n}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		p, err := Parse("f.hcl", src)
 		if err != nil {
@@ -333,6 +335,17 @@ allow_cidrs = ["10.20.0.0/16"]`))
 		}
 		if p.PidsLimit < minPidsLimit {
 			t.Fatalf("pids_limit %d was accepted", p.PidsLimit)
+		}
+		for _, r := range p.Inspect {
+			// Inspection narrows: an inspected host is one an allow rule covers.
+			if h, err := CanonicalHost(r.Host); err != nil || h.Name != r.Host || !slices.ContainsFunc(p.Allow, func(a HostRule) bool { return a.Matches(r.Host, a.Port) }) {
+				t.Fatalf("inspect %q is not a canonical, allowed host", r.Host)
+			}
+			for _, h := range r.Inject {
+				if (h.Env == "") == (h.File == "") {
+					t.Fatalf("inject_header %+v names no single source", h)
+				}
+			}
 		}
 		// Whatever was written, the floor holds.
 		if d := p.DecideAddr(netipMust("169.254.169.254"), 80, ""); d.Verdict != Deny || !d.Floor {

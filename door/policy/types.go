@@ -84,6 +84,9 @@ type Policy struct {
 	Allow      []HostRule
 	Deny       []HostRule
 	AllowCIDRs []CIDRRule
+	// Inspect are the hosts whose TLS the door terminates, to judge each
+	// request by method and path and to add headers (see InspectRule).
+	Inspect []InspectRule
 
 	// What the run may do with the host's files and processes (see files.go).
 	Writable  []PathRule // written for real; DefaultWritable unless the policy says

@@ -89,6 +89,31 @@ func (a *authority) leaf(names []string, addrs []netip.Addr) (tls.Certificate, e
 	return tls.Certificate{Certificate: [][]byte{der, a.cert.Raw}, PrivateKey: key}, nil
 }
 
+// writeLeaf issues a server certificate like leaf and writes it (with the
+// CA's after it) and its key as PEM files in dir, for servers that read files.
+func (a *authority) writeLeaf(dir string, names []string, addrs []netip.Addr) (certFile, keyFile string, err error) {
+	cert, err := a.leaf(names, addrs)
+	if err != nil {
+		return "", "", err
+	}
+	der, err := x509.MarshalECPrivateKey(cert.PrivateKey.(*ecdsa.PrivateKey))
+	if err != nil {
+		return "", "", fmt.Errorf("encode key: %w", err)
+	}
+	var chain []byte
+	for _, c := range cert.Certificate {
+		chain = append(chain, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c})...)
+	}
+	certFile, keyFile = filepath.Join(dir, "server.crt"), filepath.Join(dir, "server.key")
+	if err := os.WriteFile(certFile, chain, 0o644); err != nil {
+		return "", "", fmt.Errorf("write certificate: %w", err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600); err != nil {
+		return "", "", fmt.Errorf("write key: %w", err)
+	}
+	return certFile, keyFile, nil
+}
+
 func serial() *big.Int {
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
 	if err != nil {

@@ -39,6 +39,10 @@ type NginxOptions struct {
 	// Addr is the address it listens on, one the host holds; the zero value
 	// is the host's own address (Host.Addr), another is one of its links'.
 	Addr netip.Addr
+	// TLSNames, if set, makes it serve HTTPS (HTTP/2 and HTTP/1.1 by ALPN)
+	// with a certificate from the lab's CA for these names and the listen
+	// address; the Server's URL is then https:// and its CAFile the lab's.
+	TLSNames []string
 }
 
 // ServeNginx runs Debian's nginx inside the host's namespace, serving
@@ -84,6 +88,15 @@ func (h *Host) ServeNginx(ctx context.Context, opts NginxOptions) (*Server, erro
 	}
 
 	conf := nginxConf{Dir: dir, Root: root}
+	if len(opts.TLSNames) > 0 {
+		listen := h.Addr
+		if opts.Addr.IsValid() {
+			listen = opts.Addr
+		}
+		if conf.Cert, conf.Key, err = h.lab.ca.writeLeaf(dir, opts.TLSNames, []netip.Addr{listen}); err != nil {
+			return nil, fmt.Errorf("serve nginx on %s: %w", h.Name, err)
+		}
+	}
 	if opts.GitRoot != "" {
 		fcgi, err := lookTool("fcgiwrap", "fcgiwrap")
 		if err != nil {
@@ -144,6 +157,9 @@ func (h *Host) ServeNginx(ctx context.Context, opts NginxOptions) (*Server, erro
 		if err == nil {
 			procs = append(procs, p)
 			s := &Server{Addr: addr, URL: "http://" + addr.String() + "/", stop: stopAll}
+			if conf.Cert != "" {
+				s.URL, s.CAFile = "https://"+addr.String()+"/", h.lab.ca.file
+			}
 			if err := h.own(s); err != nil {
 				return nil, err
 			}
@@ -180,6 +196,7 @@ type nginxConf struct {
 	Port            int
 	GitRoot         string
 	Backend, Socket string
+	Cert, Key       string // TLS, when set
 }
 
 // The master runs as root in the host's namespace and so do its workers
@@ -222,8 +239,13 @@ http {
 	default_type application/octet-stream;
 
 	server {
-		listen {{.Addr}}:{{.Port}};
+		listen {{.Addr}}:{{.Port}}{{if .Cert}} ssl http2{{end}};
 		server_name _;
+{{- if .Cert}}
+		ssl_certificate "{{.Cert}}";
+		ssl_certificate_key "{{.Key}}";
+		ssl_protocols TLSv1.2 TLSv1.3;
+{{- end}}
 		root "{{.Root}}";
 		index index.html;
 		gzip off;
