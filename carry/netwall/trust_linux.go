@@ -173,7 +173,7 @@ func installTrust(t *trustFiles) error {
 		if st, err := os.Stat(real); err != nil || !st.Mode().IsRegular() {
 			continue
 		}
-		if err := unix.Mount(trustBundleFile, real, "", unix.MS_BIND, ""); err != nil {
+		if err := bindReadOnly(trustBundleFile, real); err != nil {
 			return fmt.Errorf("bind the run's bundle over %s: %w", real, err)
 		}
 		bound = append(bound, real)
@@ -201,7 +201,7 @@ func hidePaths(paths []string) error {
 		if err != nil || underHiddenRoot(real) {
 			continue
 		}
-		if err := unix.Mount(hiddenFile, real, "", unix.MS_BIND, ""); err != nil {
+		if err := bindReadOnly(hiddenFile, real); err != nil {
 			return fmt.Errorf("hide %s: %w", real, err)
 		}
 	}
@@ -221,4 +221,14 @@ func addTrust(cfg *initConfig, spec Spec) error {
 	cfg.Trust = t
 	cfg.Env = trustEnv(cfg.Env)
 	return nil
+}
+
+// bindReadOnly binds src over dst and makes that mount read-only: the host's
+// mounts are sealed before these are made, so a bind of a file from the run's
+// own (writable) /run would otherwise be writable where it lands.
+func bindReadOnly(src, dst string) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	return unix.Mount("", dst, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "")
 }
