@@ -12,7 +12,7 @@ import (
 // denyText is the body of a refusal: what was denied, why, under which policy,
 // and what would allow it, in words a person or a model can act on.
 func (d *Door) denyText(what string, j Judgement) string {
-	pol := d.policy()
+	pol := d.policyOf(j)
 	var b strings.Builder
 	fmt.Fprintf(&b, "postern door denied %s\n", what)
 	fmt.Fprintf(&b, "destination: %s", targetString(j.Host, j.Port))
@@ -51,7 +51,7 @@ func (d *Door) denyText(what string, j Judgement) string {
 
 // headDenyText is the body of a refusal made on a connection's first bytes.
 func (d *Door) headDenyText(what string, j Judgement, reason string) string {
-	pol := d.policy()
+	pol := d.policyOf(j)
 	src := pol.Source
 	if src == "" {
 		src = "(built-in)"

@@ -3,6 +3,7 @@ package door
 import (
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"time"
@@ -23,16 +24,19 @@ type Event struct {
 	// "http" (explicit absolute-URI request), "transparent" (redirected by the
 	// wall), "dns" (a lookup inside the wall), "wall" (refused by the wall
 	// itself: a port or protocol that does not lead to the door).
-	Kind       string `json:"kind"`
-	Host       string `json:"host"`
-	Port       uint16 `json:"port,omitempty"`
-	Addr       string `json:"addr,omitempty"` // the address dialled, if any
-	Decision   string `json:"decision"`       // "allow" or "deny"
-	Mode       string `json:"mode"`           // "enforce" or "observe"
-	Reason     string `json:"reason"`
-	Rule       string `json:"rule,omitempty"`
-	WouldDeny  bool   `json:"would_deny,omitempty"` // observe mode: enforce would deny
+	Kind      string `json:"kind"`
+	Host      string `json:"host"`
+	Port      uint16 `json:"port,omitempty"`
+	Addr      string `json:"addr,omitempty"` // the address dialled, if any
+	Decision  string `json:"decision"`       // "allow" or "deny"
+	Mode      string `json:"mode"`           // "enforce" or "observe"
+	Reason    string `json:"reason"`
+	Rule      string `json:"rule,omitempty"`
+	WouldDeny bool   `json:"would_deny,omitempty"` // observe mode: enforce would deny
+	// Client is the gateway client the connection belongs to (the name its
+	// proxy credentials gave); Peer is the address it came from.
 	Client     string `json:"client,omitempty"`
+	Peer       string `json:"peer,omitempty"`
 	BytesUp    int64  `json:"bytes_up,omitempty"`
 	BytesDown  int64  `json:"bytes_down,omitempty"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
@@ -42,6 +46,9 @@ type Event struct {
 	// Repeats+1 decisions. Lookups inside the wall and the wall's own
 	// refusals are recorded at most once a second each.
 	Repeats int `json:"repeats,omitempty"`
+	// JudgeUS is how long the judgement took, in microseconds (the name and
+	// every address it resolved to); set for a gateway client's decisions.
+	JudgeUS int64 `json:"judge_us,omitempty"`
 }
 
 // Config is what a Door needs. Policy is required.
@@ -63,6 +70,13 @@ type Config struct {
 	DrainTimeout time.Duration
 	// DialTimeout bounds each upstream dial. Zero means 10s.
 	DialTimeout time.Duration
+	// Authenticate, when set, makes the explicit proxy a gateway's: it is
+	// asked about every request (each CONNECT, each absolute-URI request on
+	// a kept connection), and the Client it names is judged by its own
+	// policy, read afresh for each request. An error is answered with 407
+	// and recorded as a denial (an *AuthError names the client that was
+	// claimed). Nil: every request is judged by Policy, and nothing is asked.
+	Authenticate func(*http.Request) (*Client, error)
 }
 
 // Listeners are the sockets a Door serves. Any may be nil.
