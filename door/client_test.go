@@ -168,7 +168,7 @@ func TestNoAuthenticateAsksNothing(t *testing.T) {
 		t.Fatalf("plain door: %d", resp.StatusCode)
 	}
 	ev := h.ev.waitFor(t, "decision", func(e Event) bool { return e.Event == "decision" })
-	if ev.Client != "" || ev.Peer == "" || ev.JudgeUS != 0 {
+	if ev.Client != "" || ev.Peer == "" || ev.JudgeNS != 0 {
 		t.Fatalf("plain door event %+v", ev)
 	}
 }

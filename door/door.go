@@ -390,7 +390,7 @@ func (d *Door) decisionEvent(id uint64, kind string, client net.Addr, j Judgemen
 	if j.as != nil {
 		ev.Client = j.as.Name
 		ev.Mode = j.as.Policy.Mode.String()
-		ev.JudgeUS = j.took.Microseconds()
+		ev.JudgeNS = j.took.Nanoseconds()
 	}
 	return ev
 }

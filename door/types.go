@@ -46,9 +46,9 @@ type Event struct {
 	// Repeats+1 decisions. Lookups inside the wall and the wall's own
 	// refusals are recorded at most once a second each.
 	Repeats int `json:"repeats,omitempty"`
-	// JudgeUS is how long the judgement took, in microseconds (the name and
+	// JudgeNS is how long the judgement took, in nanoseconds (the name and
 	// every address it resolved to); set for a gateway client's decisions.
-	JudgeUS int64 `json:"judge_us,omitempty"`
+	JudgeNS int64 `json:"judge_ns,omitempty"`
 }
 
 // Config is what a Door needs. Policy is required.
