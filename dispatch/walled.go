@@ -32,6 +32,9 @@ type Walled struct {
 	Policy   *policy.Policy
 	Pins     map[string][]netip.Addr
 	Resolver string
+	// Upstream, when set, is the gateway the door sends every connection
+	// on to; Policy then gives only the ports.
+	Upstream *door.Upstream
 
 	// Stdin, Stdout and Stderr are the run's streams; a terminal on Stdin gets the
 	// run its own pseudo-terminal with Stdin's size.
@@ -133,7 +136,7 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 			return 0, err
 		}
 	}
-	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger}
+	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger, Upstream: w.Upstream}
 	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 		return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	})

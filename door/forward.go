@@ -353,6 +353,9 @@ func (s *httpSession) one(req *http.Request, facts headFacts) bool {
 			return false
 		}
 	}
+	if d.cfg.Upstream != nil {
+		return s.oneUpstream(req, facts, host, port, id, start)
+	}
 	j := d.decideFor(s.ctx, s.as, host, port)
 	if !j.Allowed() {
 		d.emit(d.decisionEvent(id, "http", remote, j))

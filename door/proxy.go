@@ -200,6 +200,10 @@ func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request,
 		writeDenied(c, j.Decision.Reason, fmt.Sprintf("postern door denied CONNECT %s\nreason: %s\nwrite the target as host:port, e.g. CONNECT example.com:443\n", req.RequestURI, j.Decision.Reason), true)
 		return
 	}
+	if d.cfg.Upstream != nil {
+		d.connectUpstream(ctx, c, id, start, host, port, pre)
+		return
+	}
 	j := d.decideFor(ctx, as, host, port)
 	what := "CONNECT " + targetString(host, port)
 	if !j.Allowed() {

@@ -39,6 +39,10 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 		host = policy.Host{Name: name}
 	}
 
+	if d.cfg.Upstream != nil {
+		d.serveTransparentUpstream(ctx, c, id, start, host, port)
+		return
+	}
 	clientFirst := port == 80 || port == 443
 	rules := headRules{tlsOnly: port == 443, httpOnly: port == 80}
 	var (

@@ -77,6 +77,11 @@ type Config struct {
 	// and recorded as a denial (an *AuthError names the client that was
 	// claimed). Nil: every request is judged by Policy, and nothing is asked.
 	Authenticate func(*http.Request) (*Client, error)
+	// Upstream, when set, is where every connection is sent on to, as a
+	// CONNECT, instead of being judged by Policy: the upstream (a gateway)
+	// judges. Policy then only gives the ports, and its floor is applied
+	// to literal addresses; the DNS side admits every name.
+	Upstream *Upstream
 }
 
 // Listeners are the sockets a Door serves. Any may be nil.

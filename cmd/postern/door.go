@@ -24,6 +24,7 @@ var doorFlags struct {
 	addHosts []string
 	resolver string
 	run      string
+	upstream string
 }
 
 var doorCmd = &cobra.Command{
@@ -36,12 +37,25 @@ accepting and lets open connections drain.`,
 	Args: cobra.NoArgs,
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		leaveCoresToTheRun()
-		if doorFlags.policy == "" {
+		var up *door.Upstream
+		if doorFlags.upstream != "" {
+			var err error
+			if up, err = door.ParseUpstream(doorFlags.upstream); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+		}
+		if doorFlags.policy == "" && up == nil {
 			return &exitError{code: 2, err: fmt.Errorf("--policy is required: the door judges by a policy file (see examples/policies)")}
 		}
-		pol, err := policy.Load(doorFlags.policy)
-		if err != nil {
-			return &exitError{code: 2, err: err}
+		pol := policy.Nothing()
+		if doorFlags.policy != "" {
+			var err error
+			if pol, err = policy.Load(doorFlags.policy); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+		}
+		if up != nil {
+			pol.Source = "upstream proxy " + up.Name
 		}
 		pins := map[string][]netip.Addr{}
 		for _, s := range doorFlags.addHosts {
@@ -69,6 +83,7 @@ accepting and lets open connections drain.`,
 			Run:      doorFlags.run,
 			Logger:   doorLog,
 			Emit:     events.Emit,
+			Upstream: up,
 		})
 		if err != nil {
 			return &exitError{code: 2, err: err}
@@ -158,5 +173,6 @@ func init() {
 	f.StringArrayVar(&doorFlags.addHosts, "add-host", nil, "pin NAME:IP (repeatable; IPv6 as NAME:[2001:db8::1])")
 	f.StringVar(&doorFlags.resolver, "resolver", "", "DNS server host:port for the door's own lookups (default: the system resolver)")
 	f.StringVar(&doorFlags.run, "run", "", "run id copied into every event")
+	f.StringVar(&doorFlags.upstream, "upstream-proxy", "", "send every connection on to this proxy, http://[NAME:TOKEN@]HOST:PORT, instead of judging it (a gateway, or a corporate proxy); literal addresses on the hard floor are still refused")
 	rootCmd.AddCommand(doorCmd)
 }

@@ -241,11 +241,12 @@ func (g *gatewayProc) proxyAs(name, token string) string {
 	return "http://" + name + ":" + token + "@" + g.Addr
 }
 
-// gatewayLab is the e2e lab plus nginx on the web host serving a blob on
-// port 8080, fetched directly and through the gateway to compare.
+// gatewayLab is the e2e lab plus a host "files" whose nginx serves a blob
+// on port 80, fetched directly and through the gateway to compare.
 type gatewayLab struct {
 	*e2eLab
-	blobURL  string // http://web.test:8080/blob
+	Files    *testhosts.Host
+	blobURL  string // http://files.test/blob
 	blobSHA  string
 	blobSize int64
 }
@@ -267,12 +268,15 @@ func newGatewayLab(t *testing.T) *gatewayLab {
 	f.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if _, err := l.Web.ServeNginx(ctx, testhosts.NginxOptions{Root: root, Port: 8080}); err != nil {
+	if l.Files, err = l.Lab.Host(ctx, "files"); err != nil {
 		t.Fatal(err)
 	}
-	l.blobURL = "http://web.test:8080/blob"
-	// The direct path: curl straight to the web host.
-	r := curl(t, "--resolve", "web.test:8080:"+l.Web.Addr.String(), l.blobURL)
+	if _, err := l.Files.ServeNginx(ctx, testhosts.NginxOptions{Root: root, Port: 80}); err != nil {
+		t.Fatal(err)
+	}
+	l.blobURL = "http://files.test/blob"
+	// The direct path: curl straight to the files host.
+	r := curl(t, "--resolve", "files.test:80:"+l.Files.Addr.String(), l.blobURL)
 	if r.Code != 0 || r.HTTP != 200 {
 		t.Fatalf("direct fetch of the blob: %+v", r)
 	}
@@ -288,16 +292,16 @@ func sha256Hex(s string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// gatewayPolicy is the default policy of the gateway tests: web.test, on
-// the lab's ports, with the web host's /24 open by CIDR.
+// gatewayPolicy is the default policy of the gateway tests: web.test and
+// files.test, on the lab's ports, with their hosts' /24s open by CIDR.
 func (l *gatewayLab) gatewayPolicy() string {
-	return fmt.Sprintf("ports = [80, 443, 8080]\nallow = [\"web.test\"]\nallow_cidrs = [%q]\n", l.Web.Prefix.String())
+	return fmt.Sprintf("ports = [80, 443, 8080]\nallow = [\"web.test\", \"files.test\"]\nallow_cidrs = [%q, %q]\n", l.Web.Prefix.String(), l.Files.Prefix.String())
 }
 
 func TestGatewayAttributesEachClientAndJudgesItByItsPolicy(t *testing.T) {
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
-	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr))
+	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr))
 	alice := g.addClient(t, "alice")
 	bob := g.addClient(t, "bob")
 	// bob gets a policy of his own: leak.test only.
@@ -370,7 +374,7 @@ func TestGatewayAttributesEachClientAndJudgesItByItsPolicy(t *testing.T) {
 func TestGatewayRefusesMissingAndWrongCredentialsWith407(t *testing.T) {
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
-	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("web.test", l.Web.Addr))
+	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr))
 	alice := g.addClient(t, "alice")
 
 	for _, c := range []struct {
@@ -414,7 +418,7 @@ func TestGatewayPatchCountsFromTheNextConnectionAndSurvivesRestart(t *testing.T)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	home := t.TempDir()
-	args := []string{l.Resolver(), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr)}
+	args := []string{l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr)}
 	g := startGateway(t, home, l.gatewayPolicy(), args...)
 	alice := g.addClient(t, "alice")
 	https := func(proxy, url string) curlResult {
@@ -470,7 +474,7 @@ func TestGatewayPatchCountsFromTheNextConnectionAndSurvivesRestart(t *testing.T)
 		return https(g.proxyAs("carol", carol), "https://web.test/").HTTP == 200
 	})
 	stdout, _, rc = runPosternHome(t, home, "gateway", "clients", "list")
-	if rc != 0 || !regexp.MustCompile(`(?m)^alice\s+own\s+enforce\s+web\.test,leak\.test`).MatchString(stdout) || !regexp.MustCompile(`(?m)^carol\s+default`).MatchString(stdout) {
+	if rc != 0 || !regexp.MustCompile(`(?m)^alice\s+own\s+enforce\s+web\.test,files\.test,leak\.test\s`).MatchString(stdout) || !regexp.MustCompile(`(?m)^carol\s+default`).MatchString(stdout) {
 		t.Fatalf("clients list:\n%s", stdout)
 	}
 	if _, _, rc := runPosternHome(t, home, "gateway", "clients", "rm", "carol"); rc != 0 {
@@ -534,7 +538,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 func TestGatewayHardFloorHoldsForEveryClient(t *testing.T) {
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
-	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("web.test", l.Web.Addr), Pin("meta.test", netipMust("169.254.169.254")))
+	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr), Pin("meta.test", netipMust("169.254.169.254")))
 	alice := g.addClient(t, "alice")
 	bob := g.addClient(t, "bob")
 	// Nothing in the API opens the floor.
@@ -626,7 +630,7 @@ func TestGatewayAPIRefusesWithoutTokenAndExplainsBadRequests(t *testing.T) {
 func TestGatewayFollowStreamsAndMetricsCount(t *testing.T) {
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
-	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr))
+	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr))
 	alice := g.addClient(t, "alice")
 	bob := g.addClient(t, "bob")
 

@@ -29,8 +29,9 @@ const exitUnrecorded = 125
 
 func init() {
 	var (
-		spec  dispatch.Spec
-		quiet bool
+		spec    dispatch.Spec
+		quiet   bool
+		gateway string
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
@@ -53,6 +54,15 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 			}
 			if err := checkContainerFlags(cmd, spec.Container); err != nil {
 				return &exitError{2, err}
+			}
+			if gateway != "" {
+				// The token stays in memory: the record names the gateway
+				// by its URL without credentials.
+				up, err := door.ParseUpstream(gateway)
+				if err != nil {
+					return &exitError{2, err}
+				}
+				spec.Upstream = up
 			}
 			store, err := openStore()
 			if err != nil {
@@ -111,6 +121,7 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 	f.StringVar(&spec.Machine, "machine", "local", "machine to run on")
 	f.StringVar(&spec.PolicyPath, "policy", "", "egress policy file (HCL); without it the run may reach nothing")
 	f.StringArrayVar(&spec.AddHosts, "add-host", nil, "pin a name to an address for the door's lookups, NAME:IP (repeatable)")
+	f.StringVar(&gateway, "gateway", "", "join a gateway, http://NAME:TOKEN@HOST:PORT: the wall as usual, and every connection sent on to the gateway, which judges it by NAME's policy")
 	f.StringVar(&spec.Resolver, "resolver", "", "DNS server (host:port) for the door's own lookups; default the system resolver")
 	f.StringVar(&spec.EgressOpen, "egress-open", "", "run WITHOUT a wall; the reason is required and recorded")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print denials on stderr as they happen")

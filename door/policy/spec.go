@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -150,4 +151,11 @@ func (p *Policy) Spec() Spec {
 		s.AllowCIDRs = append(s.AllowCIDRs, text)
 	}
 	return s
+}
+
+// OnFloor reports whether a is on the hard floor of this policy (the floor,
+// and the door's own addresses given to WithSelf), and why. A door that
+// sends its connections on to a gateway still refuses these itself.
+func (p *Policy) OnFloor(a netip.Addr) (reason string, ok bool) {
+	return p.floor(a.WithZone("").Unmap())
 }
