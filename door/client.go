@@ -2,10 +2,12 @@ package door
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
+	"strings"
 	"time"
 
 	"github.com/postern-dev/postern/door/policy"
@@ -99,4 +101,34 @@ func (s *httpSession) authenticate(req *http.Request) bool {
 	s.status(http.StatusProxyAuthRequired, "Proxy Authentication Required", text, true,
 		`Proxy-Authenticate: Basic realm="postern"`, "X-Postern-Decision: "+decisionHeader(reason))
 	return false
+}
+
+// clientSuggest is how a gateway client's denial says what would allow it:
+// the change to that client's policy, as the gateway's API takes it.
+func clientSuggest(pol *policy.Policy, h policy.Host, port uint16, client string) string {
+	s := pol.Suggest(h, port)
+	if s == "" {
+		return ""
+	}
+	patch := map[string]any{}
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(line, " = ")
+		if !ok {
+			continue
+		}
+		var vals []any
+		if json.Unmarshal([]byte(v), &vals) != nil {
+			continue
+		}
+		switch k {
+		case "allow":
+			patch["add_allow"] = vals
+		case "allow_cidrs":
+			patch["add_cidrs"] = vals
+		case "ports":
+			patch["ports"] = vals
+		}
+	}
+	body, _ := json.Marshal(patch)
+	return fmt.Sprintf("to allow it for client %s, the gateway's operator can send PATCH /v1/clients/%s/policy %s\n", client, client, body)
 }

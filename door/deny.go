@@ -39,7 +39,9 @@ func (d *Door) denyText(what string, j Judgement) string {
 		if j.Addr.IsValid() && j.Decision.Reason == policy.ReasonPrivate {
 			target = policy.Host{Addr: j.Addr} // a private address opens only by its CIDR
 		}
-		if s := pol.Suggest(target, j.Port); s != "" {
+		if j.as != nil {
+			b.WriteString(clientSuggest(pol, target, j.Port, j.as.Name))
+		} else if s := pol.Suggest(target, j.Port); s != "" {
 			fmt.Fprintf(&b, "to allow it, add to %s:\n", src)
 			for _, line := range strings.Split(s, "\n") {
 				fmt.Fprintf(&b, "  %s\n", line)

@@ -332,7 +332,8 @@ func TestGatewayAttributesEachClientAndJudgesItByItsPolicy(t *testing.T) {
 		t.Fatalf("bob to leak.test: %+v", r)
 	}
 	r = curl(t, "--proxy", g.proxyAs("bob", bob), "http://web.test/")
-	if r.HTTP != 403 || !strings.Contains(r.Body, "no allow rule matches") || !strings.Contains(r.Body, "gateway policy of client bob") {
+	if r.HTTP != 403 || !strings.Contains(r.Body, "no allow rule matches") || !strings.Contains(r.Body, "gateway policy of client bob") ||
+		!strings.Contains(r.Body, `PATCH /v1/clients/bob/policy {"add_allow":["web.test:80"]}`) {
 		t.Fatalf("bob to http://web.test: %+v", r)
 	}
 
