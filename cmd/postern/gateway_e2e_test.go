@@ -776,3 +776,26 @@ func dialCONNECT(t *testing.T, addr, target, creds string) net.Conn {
 	c.SetReadDeadline(time.Time{})
 	return c
 }
+
+func TestGatewayWarnsLoudlyWhenItsAPIIsNotOnLoopback(t *testing.T) {
+	testhosts.RequireRoot(t)
+	l := newGatewayLab(t)
+	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), "--api", "0.0.0.0:0")
+	if !strings.Contains(g.Stderr(), "THE GATEWAY'S API IS NOT ON LOOPBACK") {
+		t.Fatalf("no warning for an API on every address:\n%s", g.Stderr())
+	}
+	if !strings.HasPrefix(g.Dashboard, "http://127.0.0.1:") {
+		t.Fatalf("dashboard printed as %s", g.Dashboard)
+	}
+	if code, _ := g.apiAs(t, "", "GET", "/v1/clients", ""); code != 401 {
+		t.Fatalf("without a token: %d", code)
+	}
+	// Its own addresses are on every client's floor, the link's included.
+	alice := g.addClient(t, "alice")
+	g.api(t, "PUT", "/v1/clients/alice/policy", `{"ports": [80, 443, 9090], "allow_cidrs": ["0.0.0.0/0"]}`)
+	_, apiPort, _ := net.SplitHostPort(g.API)
+	r := curl(t, "--proxy", g.proxyAs("alice", alice), "http://"+l.Web.Gateway.String()+":"+apiPort+"/v1/clients")
+	if r.HTTP != 403 || !strings.Contains(r.Body, "the door's own address") {
+		t.Fatalf("alice to the gateway's API by its address on the lab's link: %+v", r)
+	}
+}
