@@ -59,6 +59,9 @@ type Spec struct {
 	// Container, with an image, runs the command in a local container (see
 	// container.go).
 	Container Container
+	// Upstream, when set, joins a gateway: the run's door sends every
+	// connection on to it instead of judging it (see gateway.go).
+	Upstream *door.Upstream
 }
 
 // PolicyError is a policy that could not be read or compiled.
@@ -93,7 +96,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	if spec.Remote.Warn == nil {
 		spec.Remote.Warn = spec.Warn
 	}
-	pol, err := loadPolicy(spec.PolicyPath)
+	pol, err := runPolicy(spec)
 	if err != nil {
 		return nil, &PolicyError{err}
 	}
@@ -143,6 +146,9 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		return refuse(store, run, err)
 	}
 	run.Carry = string(c)
+	if err := checkJoin(spec, m, c); err != nil {
+		return nil, &PolicyError{err}
+	}
 	if !m.IsLocal() && c != carry.NetworkWall && c != carry.ConnectDoor && c != carry.None {
 		return refuse(store, run, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
 			AtRunTime: fmt.Sprintf("carry %s is not available on remote machines yet", c),

@@ -56,7 +56,7 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 	code, runErr := walled(ctx, Walled{
 		Run: run.ID, Machine: run.Machine, Lane: run.Lane,
 		Command: spec.Command, Dir: spec.Dir, Env: spec.Env,
-		Policy: pol, Pins: pins, Resolver: spec.Resolver, UpstreamRoots: spec.UpstreamRoots,
+		Policy: pol, Pins: pins, Resolver: spec.Resolver, UpstreamRoots: spec.UpstreamRoots, Upstream: spec.Upstream,
 		Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr,
 		Signals: spec.Signals, Emit: evlog.Emit,
 		BeforeStart: recorded,

@@ -37,6 +37,9 @@ type Walled struct {
 	// UpstreamRoots is a PEM file of authorities the door trusts, besides
 	// the machine's, when it verifies a host the policy inspects.
 	UpstreamRoots string
+	// Upstream, when set, is the gateway the door sends every connection
+	// on to; Policy then gives only the ports.
+	Upstream *door.Upstream
 
 	// Stdin, Stdout and Stderr are the run's streams; a terminal on Stdin gets the
 	// run its own pseudo-terminal with Stdin's size.
@@ -177,7 +180,7 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		}
 	}
 	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger,
-		Authority: ca, UpstreamRoots: w.UpstreamRoots}
+		Authority: ca, UpstreamRoots: w.UpstreamRoots, Upstream: w.Upstream}
 	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 		return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	})

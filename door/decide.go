@@ -25,6 +25,11 @@ type Judgement struct {
 	// Addr is the address that decided a deny (a resolved address the floor or
 	// the policy forbids), or the address dialled once a connection is made.
 	Addr netip.Addr
+
+	// as is the gateway client judged, by its own policy (nil: the door's
+	// policy); took is how long that judgement took.
+	as   *Client
+	took time.Duration
 }
 
 // Allowed reports whether the judgement admits the destination.
@@ -39,7 +44,11 @@ var errNoSuchHost = errors.New("no such host")
 // the whole name, so a rebinding answer cannot slip a private address in beside a
 // public one. A literal address is judged on itself.
 func (d *Door) Decide(ctx context.Context, h policy.Host, port uint16) Judgement {
-	pol := d.policy()
+	return d.decide(ctx, d.policy(), h, port)
+}
+
+// decide is Decide by pol.
+func (d *Door) decide(ctx context.Context, pol *policy.Policy, h policy.Host, port uint16) Judgement {
 	j := Judgement{Host: h, Port: port}
 	if h.Addr.IsValid() {
 		a := h.Addr.Unmap()

@@ -12,7 +12,7 @@ import (
 // denyText is the body of a refusal: what was denied, why, under which policy,
 // and what would allow it, in words a person or a model can act on.
 func (d *Door) denyText(what string, j Judgement) string {
-	pol := d.policy()
+	pol := d.policyOf(j)
 	var b strings.Builder
 	fmt.Fprintf(&b, "postern door denied %s\n", what)
 	fmt.Fprintf(&b, "destination: %s", targetString(j.Host, j.Port))
@@ -39,7 +39,9 @@ func (d *Door) denyText(what string, j Judgement) string {
 		if j.Addr.IsValid() && j.Decision.Reason == policy.ReasonPrivate {
 			target = policy.Host{Addr: j.Addr} // a private address opens only by its CIDR
 		}
-		if s := pol.Suggest(target, j.Port); s != "" {
+		if j.as != nil {
+			b.WriteString(clientSuggest(pol, target, j.Port, j.as.Name))
+		} else if s := pol.Suggest(target, j.Port); s != "" {
 			fmt.Fprintf(&b, "to allow it, add to %s:\n", src)
 			for _, line := range strings.Split(s, "\n") {
 				fmt.Fprintf(&b, "  %s\n", line)
@@ -51,7 +53,7 @@ func (d *Door) denyText(what string, j Judgement) string {
 
 // headDenyText is the body of a refusal made on a connection's first bytes.
 func (d *Door) headDenyText(what string, j Judgement, reason string) string {
-	pol := d.policy()
+	pol := d.policyOf(j)
 	src := pol.Source
 	if src == "" {
 		src = "(built-in)"

@@ -211,6 +211,11 @@ func (d *Door) emitLookup(qtype uint16, ev Event) {
 // admitName decides whether the DNS side hands out a fake address for name:
 // yes if the policy admits it on any of its ports.
 func (d *Door) admitName(name string) policy.Decision {
+	if d.cfg.Upstream != nil {
+		// The upstream judges, by name: every name gets its fake address
+		// and is sent on unresolved.
+		return policy.Decision{Verdict: policy.Allow, Reason: d.cfg.Upstream.reason()}
+	}
 	pol := d.policy()
 	ports := pol.Ports
 	if len(ports) == 0 {

@@ -367,7 +367,7 @@ func (d *Door) emit(ev Event) {
 			"conn", ev.Conn, "kind", ev.Kind, "host", ev.Host, "port", ev.Port,
 			"addr", ev.Addr, "decision", ev.Decision, "mode", ev.Mode,
 			"reason", ev.Reason, "rule", ev.Rule, "would_deny", ev.WouldDeny,
-			"client", ev.Client, "method", ev.Method, "path", ev.Path)
+			"client", ev.Client, "peer", ev.Peer, "method", ev.Method, "path", ev.Path)
 	case "end":
 		d.log.Debug("door end",
 			"conn", ev.Conn, "kind", ev.Kind, "host", ev.Host, "port", ev.Port,
@@ -393,7 +393,12 @@ func (d *Door) decisionEvent(id uint64, kind string, client net.Addr, j Judgemen
 		ev.Addr = j.Addr.String()
 	}
 	if client != nil {
-		ev.Client = client.String()
+		ev.Peer = client.String()
+	}
+	if j.as != nil {
+		ev.Client = j.as.Name
+		ev.Mode = j.as.Policy.Mode.String()
+		ev.JudgeNS = j.took.Nanoseconds()
 	}
 	return ev
 }

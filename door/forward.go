@@ -201,6 +201,9 @@ type httpSession struct {
 	out *countWriter // under bw: bytes written to the client
 	bw  *bufio.Writer
 	pin *pin
+	// as is the gateway client the connection belongs to, once a request
+	// named it (see Config.Authenticate).
+	as *Client
 	// kept carries this connection's requests without a body upstream, tr
 	// those with one; each is made at the first such request, and closed
 	// when the session ends, so an upstream connection lives no longer than
@@ -269,6 +272,9 @@ func (s *httpSession) serve() *http.Request {
 			return nil // draining: no new requests
 		}
 		s.cr.headDone()
+		if s.d.cfg.Authenticate != nil && s.pin == nil && !s.authenticate(req) {
+			return nil
+		}
 		if req.Method == http.MethodConnect && s.pin == nil {
 			return req
 		}
@@ -284,7 +290,7 @@ func (s *httpSession) refuse(err error) {
 	id := d.connID.Add(1)
 	reason := fmt.Sprintf("unreadable request: %v", err)
 	kind := "http"
-	j := Judgement{Decision: policy.Decision{Verdict: policy.Deny, Reason: reason}}
+	j := Judgement{Decision: policy.Decision{Verdict: policy.Deny, Reason: reason}, as: s.as}
 	if s.pin != nil {
 		id, kind = s.pin.id, s.pin.kind
 		j.Host, j.Port = s.pin.j.Host, s.pin.j.Port
@@ -332,7 +338,7 @@ func (s *httpSession) one(req *http.Request, facts headFacts) bool {
 	host, port, err := policy.SplitTarget(req.URL.Host, 80)
 	what := req.Method + " " + req.URL.String()
 	if err != nil {
-		j := Judgement{Host: policy.Host{Name: req.URL.Host}, Decision: policy.Decision{Verdict: policy.Deny, Reason: fmt.Sprintf("bad request host %q: %v", req.URL.Host, err)}}
+		j := Judgement{Host: policy.Host{Name: req.URL.Host}, as: s.as, Decision: policy.Decision{Verdict: policy.Deny, Reason: fmt.Sprintf("bad request host %q: %v", req.URL.Host, err)}}
 		d.emit(d.decisionEvent(id, "http", remote, j))
 		s.denied(j.Decision.Reason, d.headDenyText(what, j, j.Decision.Reason), true)
 		return false
@@ -340,14 +346,17 @@ func (s *httpSession) one(req *http.Request, facts headFacts) bool {
 	if facts.hasHost {
 		hhost, _, herr := policy.SplitTarget(facts.host, port)
 		if herr != nil || !sameHost(hhost, host) {
-			j := Judgement{Host: host, Port: port, Decision: policy.Decision{Verdict: policy.Deny,
+			j := Judgement{Host: host, Port: port, as: s.as, Decision: policy.Decision{Verdict: policy.Deny,
 				Reason: fmt.Sprintf("http host %s does not match request target %s", facts.host, hostString(host))}}
 			d.emit(d.decisionEvent(id, "http", remote, j))
 			s.denied(j.Decision.Reason, d.headDenyText(what, j, j.Decision.Reason), true)
 			return false
 		}
 	}
-	j := d.Decide(s.ctx, host, port)
+	if d.cfg.Upstream != nil {
+		return s.oneUpstream(req, facts, host, port, id, start)
+	}
+	j := d.decideFor(s.ctx, s.as, host, port)
 	if !j.Allowed() {
 		d.emit(d.decisionEvent(id, "http", remote, j))
 		s.denied(j.Decision.Reason, d.denyText(what, j), closeAfter)

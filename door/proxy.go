@@ -92,7 +92,7 @@ func (d *Door) serveProxy(ctx context.Context, c net.Conn) {
 	pre, _ := br.Peek(br.Buffered())
 	pre = slices.Clone(pre)
 	putReader(br)
-	d.handleConnect(ctx, c, req, pre)
+	d.handleConnect(ctx, c, req, pre, s.as)
 }
 
 func putReader(br *bufio.Reader) {
@@ -189,18 +189,22 @@ var connectEstablished = []byte("HTTP/1.1 200 Connection established\r\n\r\n")
 
 // handleConnect judges a CONNECT and, if admitted, tunnels it. pre are bytes
 // the client sent after the request head.
-func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request, pre []byte) {
+func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request, pre []byte, as *Client) {
 	id := d.connID.Add(1)
 	start := time.Now()
 	host, port, err := policy.SplitTarget(req.RequestURI, 443)
 	if err != nil {
-		j := Judgement{Host: policy.Host{Name: req.RequestURI}, Port: 0,
+		j := Judgement{Host: policy.Host{Name: req.RequestURI}, Port: 0, as: as,
 			Decision: policy.Decision{Verdict: policy.Deny, Reason: fmt.Sprintf("bad connect target %q: %v", req.RequestURI, err)}}
 		d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
 		writeDenied(c, j.Decision.Reason, fmt.Sprintf("postern door denied CONNECT %s\nreason: %s\nwrite the target as host:port, e.g. CONNECT example.com:443\n", req.RequestURI, j.Decision.Reason), true)
 		return
 	}
-	j := d.Decide(ctx, host, port)
+	if d.cfg.Upstream != nil {
+		d.connectUpstream(ctx, c, id, start, host, port, pre)
+		return
+	}
+	j := d.decideFor(ctx, as, host, port)
 	what := "CONNECT " + targetString(host, port)
 	if !j.Allowed() {
 		d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
@@ -246,7 +250,7 @@ func (d *Door) judgeHead(id uint64, kind string, c net.Conn, j Judgement, fb fir
 	}
 	hj := j
 	hj.Decision = policy.Decision{Verdict: policy.Deny, Reason: reason, Rule: j.Decision.Rule}
-	if d.policy().Mode == policy.Observe {
+	if d.policyOf(j).Mode == policy.Observe {
 		hj.Decision.Verdict = policy.Allow
 		hj.Decision.WouldDeny = true
 	}
@@ -270,6 +274,10 @@ func (d *Door) emitEnd(id uint64, kind string, j Judgement, up, down int64, star
 	if j.Addr.IsValid() {
 		ev.Addr = j.Addr.String()
 	}
+	if j.as != nil {
+		ev.Client = j.as.Name
+		ev.Mode = j.as.Policy.Mode.String()
+	}
 	d.emit(ev)
 }
 
@@ -287,6 +295,7 @@ func (d *Door) servePinnedHTTP(ctx context.Context, c, up net.Conn, addr netip.A
 	j.Addrs = append([]netip.Addr{addr}, slices.DeleteFunc(slices.Clone(j.Addrs), func(a netip.Addr) bool { return a == addr })...)
 	p := &pin{j: j, id: id, kind: kind, pre: &forwardCtx{pre: up, preAddr: addr}}
 	s := newSession(ctx, d, c, cr, br, p)
+	s.as = j.as
 	s.serve()
 	if p.pre != nil {
 		p.pre.release()

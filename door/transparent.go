@@ -39,6 +39,10 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 		host = policy.Host{Name: name}
 	}
 
+	if d.cfg.Upstream != nil {
+		d.serveTransparentUpstream(ctx, c, id, start, host, port)
+		return
+	}
 	// An inspected host's first bytes are read before anything is dialled on
 	// every port: they decide whether its TLS is terminated.
 	inspected := d.inspectsName(host)

@@ -247,7 +247,7 @@ func (d *Door) checkHead(j Judgement, fb firstBytes, herr error, rules headRules
 	}
 	// An address admitted on its own (by CIDR) naming a host: refuse the names
 	// the policy denies outright.
-	nd := d.policy().DecideName(h.Name, j.Port)
+	nd := d.policyOf(j).DecideName(h.Name, j.Port)
 	if nd.Floor || (nd.Rule != "" && (nd.Verdict == policy.Deny || nd.WouldDeny)) {
 		return fmt.Sprintf("%s %s names a host the policy denies (%s)", what, h.Name, nd.Reason)
 	}

@@ -3,6 +3,7 @@ package door
 import (
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"time"
@@ -24,16 +25,19 @@ type Event struct {
 	// wall), "dns" (a lookup inside the wall), "wall" (refused by the wall
 	// itself: a port or protocol that does not lead to the door), "request"
 	// (one request on a connection to a host the policy inspects).
-	Kind       string `json:"kind"`
-	Host       string `json:"host"`
-	Port       uint16 `json:"port,omitempty"`
-	Addr       string `json:"addr,omitempty"` // the address dialled, if any
-	Decision   string `json:"decision"`       // "allow" or "deny"
-	Mode       string `json:"mode"`           // "enforce" or "observe"
-	Reason     string `json:"reason"`
-	Rule       string `json:"rule,omitempty"`
-	WouldDeny  bool   `json:"would_deny,omitempty"` // observe mode: enforce would deny
+	Kind      string `json:"kind"`
+	Host      string `json:"host"`
+	Port      uint16 `json:"port,omitempty"`
+	Addr      string `json:"addr,omitempty"` // the address dialled, if any
+	Decision  string `json:"decision"`       // "allow" or "deny"
+	Mode      string `json:"mode"`           // "enforce" or "observe"
+	Reason    string `json:"reason"`
+	Rule      string `json:"rule,omitempty"`
+	WouldDeny bool   `json:"would_deny,omitempty"` // observe mode: enforce would deny
+	// Client is the gateway client the connection belongs to (the name its
+	// proxy credentials gave); Peer is the address it came from.
 	Client     string `json:"client,omitempty"`
+	Peer       string `json:"peer,omitempty"`
 	BytesUp    int64  `json:"bytes_up,omitempty"`
 	BytesDown  int64  `json:"bytes_down,omitempty"`
 	DurationMS int64  `json:"duration_ms,omitempty"`
@@ -49,6 +53,9 @@ type Event struct {
 	// Repeats+1 decisions. Lookups inside the wall and the wall's own
 	// refusals are recorded at most once a second each.
 	Repeats int `json:"repeats,omitempty"`
+	// JudgeNS is how long the judgement took, in nanoseconds (the name and
+	// every address it resolved to); set for a gateway client's decisions.
+	JudgeNS int64 `json:"judge_ns,omitempty"`
 }
 
 // Config is what a Door needs. Policy is required.
@@ -77,6 +84,18 @@ type Config struct {
 	// UpstreamRoots is a PEM file of certificate authorities the door
 	// trusts, besides this machine's, when it verifies an inspected host.
 	UpstreamRoots string
+	// Authenticate, when set, makes the explicit proxy a gateway's: it is
+	// asked about every request (each CONNECT, each absolute-URI request on
+	// a kept connection), and the Client it names is judged by its own
+	// policy, read afresh for each request. An error is answered with 407
+	// and recorded as a denial (an *AuthError names the client that was
+	// claimed). Nil: every request is judged by Policy, and nothing is asked.
+	Authenticate func(*http.Request) (*Client, error)
+	// Upstream, when set, is where every connection is sent on to, as a
+	// CONNECT, instead of being judged by Policy: the upstream (a gateway)
+	// judges. Policy then only gives the ports, and its floor is applied
+	// to literal addresses; the DNS side admits every name.
+	Upstream *Upstream
 }
 
 // Listeners are the sockets a Door serves. Any may be nil.

@@ -26,6 +26,7 @@ var doorFlags struct {
 	run      string
 	upstream string
 	caOut    string
+	proxy    string
 }
 
 var doorCmd = &cobra.Command{
@@ -38,12 +39,25 @@ accepting and lets open connections drain.`,
 	Args: cobra.NoArgs,
 	RunE: func(cmd *cobra.Command, _ []string) error {
 		leaveCoresToTheRun()
-		if doorFlags.policy == "" {
+		var up *door.Upstream
+		if doorFlags.proxy != "" {
+			var err error
+			if up, err = door.ParseUpstream(doorFlags.proxy); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+		}
+		if doorFlags.policy == "" && up == nil {
 			return &exitError{code: 2, err: fmt.Errorf("--policy is required: the door judges by a policy file (see examples/policies)")}
 		}
-		pol, err := policy.Load(doorFlags.policy)
-		if err != nil {
-			return &exitError{code: 2, err: err}
+		pol := policy.Nothing()
+		if doorFlags.policy != "" {
+			var err error
+			if pol, err = policy.Load(doorFlags.policy); err != nil {
+				return &exitError{code: 2, err: err}
+			}
+		}
+		if up != nil {
+			pol.Source = "upstream proxy " + up.Name
 		}
 		pins := map[string][]netip.Addr{}
 		for _, s := range doorFlags.addHosts {
@@ -65,14 +79,14 @@ accepting and lets open connections drain.`,
 		events := newEventPrinter(os.Stdout)
 		defer events.Close()
 		d, err := door.New(door.Config{
-			Policy:   pol,
-			Resolver: doorFlags.resolver,
-			AddHosts: pins,
-			Run:      doorFlags.run,
-			Logger:   doorLog,
-			Emit:     events.Emit,
-
+			Policy:        pol,
+			Resolver:      doorFlags.resolver,
+			AddHosts:      pins,
+			Run:           doorFlags.run,
+			Logger:        doorLog,
+			Emit:          events.Emit,
 			UpstreamRoots: doorFlags.upstream,
+			Upstream:      up,
 		})
 		if err != nil {
 			return &exitError{code: 2, err: err}
@@ -173,5 +187,6 @@ func init() {
 	f.StringVar(&doorFlags.run, "run", "", "run id copied into every event")
 	f.StringVar(&doorFlags.upstream, "upstream-ca", "", "PEM file of certificate authorities trusted, besides this machine's, when verifying a host the policy inspects")
 	f.StringVar(&doorFlags.caOut, "ca-out", "", "write the certificate (PEM) of the authority the door shows inspected hosts with, for clients to trust")
+	f.StringVar(&doorFlags.proxy, "upstream-proxy", "", "send every connection on to this proxy, http://[NAME:TOKEN@]HOST:PORT, instead of judging it (a gateway, or a corporate proxy); literal addresses on the hard floor are still refused")
 	rootCmd.AddCommand(doorCmd)
 }

@@ -29,8 +29,9 @@ const exitUnrecorded = 125
 
 func init() {
 	var (
-		spec  dispatch.Spec
-		quiet bool
+		spec    dispatch.Spec
+		quiet   bool
+		gateway string
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
@@ -56,6 +57,15 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 			}
 			if cmd.Flags().Changed("pids-limit") && spec.PidsLimit < 16 {
 				return &exitError{2, fmt.Errorf("--pids-limit %d: give at least 16, the processes and threads the run may have at once", spec.PidsLimit)}
+			}
+			if gateway != "" {
+				// The token stays in memory: the record names the gateway
+				// by its URL without credentials.
+				up, err := door.ParseUpstream(gateway)
+				if err != nil {
+					return &exitError{2, err}
+				}
+				spec.Upstream = up
 			}
 			store, err := openStore()
 			if err != nil {
@@ -114,6 +124,7 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 	f.StringVar(&spec.Machine, "machine", "local", "machine to run on")
 	f.StringVar(&spec.PolicyPath, "policy", "", "egress policy file (HCL); without it the run may reach nothing")
 	f.StringArrayVar(&spec.AddHosts, "add-host", nil, "pin a name to an address for the door's lookups, NAME:IP (repeatable)")
+	f.StringVar(&gateway, "gateway", "", "join a gateway, http://NAME:TOKEN@HOST:PORT: the wall as usual, and every connection sent on to the gateway, which judges it by NAME's policy")
 	f.StringVar(&spec.Resolver, "resolver", "", "DNS server (host:port) for the door's own lookups; default the system resolver")
 	f.StringVar(&spec.UpstreamRoots, "upstream-ca", "", "PEM file of certificate authorities trusted, besides this machine's, when the door verifies a host the policy inspects")
 	f.StringVar(&spec.EgressOpen, "egress-open", "", "run WITHOUT a wall; the reason is required and recorded")

@@ -36,6 +36,9 @@ type path struct {
 
 	bulk, echo, web netip.AddrPort
 	idle            netip.AddrPort // served by the echo child during the idle test
+	// auth, if set, gives the Proxy-Authorization value of each request
+	// (a gateway's, or squid's with per-user ACLs).
+	auth func() string
 }
 
 func (p *path) direct() bool { return p.proxy == nil }
@@ -76,7 +79,11 @@ func (p *path) dialTimed(ctx context.Context, dst netip.AddrPort) (net.Conn, set
 		c.SetDeadline(dl)
 	}
 	target := dst.String()
-	if _, err := io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n\r\n"); err != nil {
+	extra := ""
+	if p.auth != nil {
+		extra = "Proxy-Authorization: " + p.auth() + "\r\n"
+	}
+	if _, err := io.WriteString(c, "CONNECT "+target+" HTTP/1.1\r\nHost: "+target+"\r\n"+extra+"\r\n"); err != nil {
 		c.Close()
 		return nil, ph, err
 	}
@@ -302,6 +309,9 @@ func keepAliveRPS(ctx context.Context, p *path, dir string, d time.Duration, con
 	} else {
 		script := filepath.Join(dir, "wrk-"+strings.ReplaceAll(p.Name, " ", "-")+".lua")
 		src := fmt.Sprintf("wrk.path = %q\nwrk.headers[\"Host\"] = %q\n", "http://"+p.web.String()+"/", p.web.String())
+		if p.auth != nil {
+			src += fmt.Sprintf("wrk.headers[\"Proxy-Authorization\"] = %q\n", p.auth())
+		}
 		if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
 			return 0, 0, err
 		}

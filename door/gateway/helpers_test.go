@@ -1,0 +1,5 @@
+package gateway
+
+import "net/netip"
+
+func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
