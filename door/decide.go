@@ -52,6 +52,9 @@ func (d *Door) decide(ctx context.Context, pol *policy.Policy, h policy.Host, po
 	j := Judgement{Host: h, Port: port}
 	if h.Addr.IsValid() {
 		a := h.Addr.Unmap()
+		if g, _ := pol.GuardrailAt(a); g != nil {
+			return guardrailJudgement(j, g)
+		}
 		j.Decision = pol.DecideAddr(a, port, "")
 		if j.Allowed() {
 			j.Addrs = []netip.Addr{a}
@@ -200,4 +203,19 @@ func sameHost(a, b policy.Host) bool {
 		return a.Addr.IsValid() && b.Addr.IsValid() && a.Addr.Unmap() == b.Addr.Unmap()
 	}
 	return a.Name != "" && strings.EqualFold(a.Name, b.Name)
+}
+
+// guardrailJudgement admits a connection to the address the door hands the
+// run for guardrail g, to g's own address on this machine: the one, explicit
+// way a run reaches a loopback address. Only g's port leads there.
+func guardrailJudgement(j Judgement, g *policy.Guardrail) Judgement {
+	if j.Port != g.Address.Port() {
+		j.Decision = policy.Decision{Verdict: policy.Deny, Floor: true, Rule: fmt.Sprintf("guardrail %q", g.Name),
+			Reason: fmt.Sprintf("guardrail %s listens on port %d, not %d", g.Name, g.Address.Port(), j.Port)}
+		return j
+	}
+	j.Decision = policy.Decision{Verdict: policy.Allow, Rule: fmt.Sprintf("guardrail %q", g.Name),
+		Reason: "the run's way to guardrail " + g.Name}
+	j.Addrs = []netip.Addr{g.Address.Addr()}
+	return j
 }

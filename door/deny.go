@@ -30,6 +30,8 @@ func (d *Door) denyText(what string, j Judgement) string {
 	}
 	fmt.Fprintf(&b, "policy: %s (mode %s)\n", src, pol.Mode)
 	switch {
+	case j.Decision.Sealed:
+		b.WriteString("no policy line opens it while the seal is held: send the request to the guardrail named above, which reaches the host itself\n")
 	case j.Decision.Floor:
 		b.WriteString("nothing can allow it: this destination is on the hard floor, which no policy opens\n")
 	case j.Decision.Reason == policy.ReasonDeniedByRule:

@@ -65,7 +65,7 @@ func (f *fakeIPs) addr(name string, v6 bool) (netip.Addr, error) {
 	if v6 {
 		next, prefix = &f.next6, policy.FakeIPv6
 	}
-	if !next.IsValid() || !prefix.Contains(*next) {
+	if !next.IsValid() || !prefix.Contains(*next) || policy.GuardrailIPv4.Contains(*next) {
 		return netip.Addr{}, fmt.Errorf("%w: %s", errFakeExhausted, prefix)
 	}
 	a := *next

@@ -67,6 +67,9 @@ func New(cfg Config) (*Door, error) {
 	if cfg.DialTimeout <= 0 {
 		cfg.DialTimeout = defaultDialTimeout
 	}
+	if cfg.Seal {
+		cfg.Policy = cfg.Policy.Sealing()
+	}
 	if cfg.Emit == nil {
 		cfg.Emit = func(Event) {}
 	}

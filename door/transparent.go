@@ -28,7 +28,9 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	port := dst.Port()
 	host := policy.Host{Addr: dst.Addr()}
-	if isFake(dst.Addr()) {
+	if g, _ := d.policy().GuardrailAt(dst.Addr()); g != nil {
+		// Decide sends it to the guardrail: not a name of the DNS side's.
+	} else if isFake(dst.Addr()) {
 		name, ok := d.fakes.name(dst.Addr())
 		if !ok {
 			j := Judgement{Host: host, Port: port, Addr: dst.Addr(), Decision: policy.Decision{Verdict: policy.Deny, Floor: true,

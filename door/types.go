@@ -77,6 +77,11 @@ type Config struct {
 	DrainTimeout time.Duration
 	// DialTimeout bounds each upstream dial. Zero means 10s.
 	DialTimeout time.Duration
+	// Seal holds the policy's guardrails' seal: the hosts each guardrail
+	// seals are denied, whatever else the policy says. Whether or not it is
+	// held, a connection to the address the run has for a guardrail goes to
+	// that guardrail.
+	Seal bool
 	// Authority signs the certificates the door shows clients of the hosts
 	// the policy inspects. Nil makes one when the policy inspects any; a
 	// run's wall must trust it (see NewAuthority).

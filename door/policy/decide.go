@@ -108,7 +108,7 @@ func portReason(port uint16) string {
 // observe turns an enforce decision into what p's mode makes of it: observe
 // mode allows every denial except the floor's, and marks it.
 func (p *Policy) observe(d Decision) Decision {
-	if p.Mode == Observe && d.Verdict == Deny && !d.Floor {
+	if p.Mode == Observe && d.Verdict == Deny && !d.Floor && !d.Sealed {
 		d.Verdict = Allow
 		d.WouldDeny = true
 	}
@@ -137,6 +137,9 @@ func (p *Policy) decideName(name string, port uint16) Decision {
 			return p.decideAddr(h.Addr, port, "")
 		}
 		name = h.Name
+	}
+	if d, ok := p.sealDecision(name); ok {
+		return d
 	}
 	for i := range p.Deny {
 		if p.Deny[i].Matches(name, port) {

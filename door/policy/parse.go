@@ -94,14 +94,18 @@ func Parse(filename string, src []byte) (*Policy, error) {
 		}}}
 	}
 	c := compiler{src: src, p: &Policy{Source: filename, Mode: Enforce}}
-	var inspects []*hclsyntax.Block
+	var inspects, guardrails []*hclsyntax.Block
 	for _, blk := range body.Blocks {
-		if blk.Type == "inspect" {
+		switch blk.Type {
+		case "inspect":
 			inspects = append(inspects, blk)
+			continue
+		case "guardrail":
+			guardrails = append(guardrails, blk)
 			continue
 		}
 		c.errorf(blk.TypeRange, fmt.Sprintf("unexpected block %q", blk.Type),
-			"a policy has inspect blocks and the attributes %s; write for example allow = [\"github.com\"]", attrList())
+			"a policy has inspect and guardrail blocks and the attributes %s; write for example allow = [\"github.com\"]", attrList())
 	}
 	attrs := make([]*hclsyntax.Attribute, 0, len(body.Attributes))
 	for _, a := range body.Attributes {
@@ -155,6 +159,9 @@ func Parse(filename string, src []byte) (*Policy, error) {
 	// An inspected host must be allowed: after the host rules.
 	for _, blk := range inspects {
 		c.inspect(blk)
+	}
+	for _, blk := range guardrails {
+		c.guardrail(blk)
 	}
 	if c.diags.HasErrors() {
 		slices.SortStableFunc(c.diags, func(a, b *hcl.Diagnostic) int {

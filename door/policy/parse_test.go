@@ -295,6 +295,7 @@ allow_cidrs = ["10.20.0.0/16"]`))
 	f.Add([]byte(`allow = ["${x}"]`))
 	f.Add([]byte(`writable = ["~/.claude", "/srv/x", "~/.config"] deny_read = ["~/.ssh/id_*"] allow_read = ["~/.ssh/*.pub"] pids_limit = 64`))
 	f.Add([]byte(inspectSrc))
+	f.Add([]byte(guardrailSrc))
 	f.Add([]byte("allow = [\"a.test\"]\ninspect \"a.test\" {\n  allow_paths = [\"/x/**\"]\n  inject_header = { K = \"env:K\" }\n}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		p, err := Parse("f.hcl", src)

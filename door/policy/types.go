@@ -59,6 +59,9 @@ type Decision struct {
 	Floor bool
 	// WouldDeny is set in observe mode when enforce would have denied.
 	WouldDeny bool
+	// Sealed is set when a guardrail seals the host; observe mode never
+	// opens it.
+	Sealed bool
 }
 
 // HostRule is one allow or deny entry: a name covering itself and its subdomains,
@@ -94,7 +97,12 @@ type Policy struct {
 	AllowRead []PathRule // exempt from DenyRead: DefaultAllowRead and the policy's
 	PidsLimit int        // processes and threads at once; DefaultPidsLimit unless the policy says
 
-	self []netip.Addr // the door's own addresses, floored; see WithSelf
+	// Guardrails are the registered processes outside the wall and the hosts
+	// each seals (see Guardrail).
+	Guardrails []Guardrail
+
+	self   []netip.Addr // the door's own addresses, floored; see WithSelf
+	sealed bool         // the guardrails' hosts are denied; see Sealing
 }
 
 // CIDRRule is one allow_cidrs entry.
