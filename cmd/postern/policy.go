@@ -20,7 +20,9 @@ type policyCheck struct {
 	Reason    string `json:"reason"`
 	Rule      string `json:"rule"`
 	WouldDeny bool   `json:"would_deny"`
-	Suggest   string `json:"suggest"`
+	// Sealed names the guardrail that seals the host ("" when none does).
+	Sealed  string `json:"sealed"`
+	Suggest string `json:"suggest"`
 }
 
 var policyCheckFlags struct {
@@ -38,7 +40,9 @@ var policyCheckCmd = &cobra.Command{
 	Short: "Judge targets (host[:port] or IP[:port], default port 443) by a policy, without resolving anything",
 	Long: `Judge each TARGET by the policy as the door would before resolving: a name
 on its name, an IP literal on its address. Exit status 0 if every target is
-allowed, 1 if any is denied, 2 on a bad policy or target.`,
+allowed, 1 if any is denied, 2 on a bad policy or target. Hosts a guardrail
+seals are judged as a run whose seal is held judges them: denied, with the
+guardrail named.`,
 	Args: cobra.MinimumNArgs(1),
 	RunE: func(cmd *cobra.Command, args []string) error {
 		if policyCheckFlags.policy == "" {
@@ -48,6 +52,7 @@ allowed, 1 if any is denied, 2 on a bad policy or target.`,
 		if err != nil {
 			return &exitError{code: 2, err: err}
 		}
+		pol = pol.Sealing()
 		checks := make([]policyCheck, 0, len(args))
 		for _, t := range args {
 			h, port, err := policy.SplitTarget(t, 443)
@@ -62,7 +67,10 @@ allowed, 1 if any is denied, 2 on a bad policy or target.`,
 			}
 			c := policyCheck{Target: t, Host: h.String(), Port: port, Decision: d.Verdict.String(),
 				Reason: d.Reason, Rule: d.Rule, WouldDeny: d.WouldDeny}
-			if d.Verdict != policy.Allow || d.WouldDeny {
+			if d.Sealed {
+				g, _ := pol.SealedBy(h.Name)
+				c.Sealed = g.Name
+			} else if d.Verdict != policy.Allow || d.WouldDeny {
 				c.Suggest = pol.Suggest(h, port)
 			}
 			checks = append(checks, c)
@@ -81,6 +89,9 @@ allowed, 1 if any is denied, 2 on a bad policy or target.`,
 				dec := c.Decision
 				if c.WouldDeny {
 					dec += " (would deny)"
+				}
+				if c.Sealed != "" {
+					dec += " (sealed)"
 				}
 				rule := c.Rule
 				if rule == "" {
