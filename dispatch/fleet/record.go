@@ -64,6 +64,9 @@ type MachineRecord struct {
 	Name  string `json:"name"`
 	Lane  string `json:"lane"`
 	Slots int    `json:"slots"`
+	// Takes is how many of the dispatch's tasks it can take (walls their
+	// lane, meets their needs); a machine that takes none adds no slots.
+	Takes int `json:"takes"`
 	// Running is how many of its slots are in use now.
 	Running int   `json:"running"`
 	State   State `json:"state"` // reachable or unreachable
@@ -157,11 +160,11 @@ func cloneInt(p *int) *int {
 }
 
 // Slots returns the slots in use and the slots of the machines that can
-// still take runs.
+// still take runs of this dispatch.
 func (r *Record) Slots() (used, total int) {
 	for _, m := range r.Machines {
 		used += m.Running
-		if m.State != Unreachable {
+		if m.State != Unreachable && m.Takes > 0 {
 			total += m.Slots
 		}
 	}

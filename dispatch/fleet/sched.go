@@ -239,6 +239,7 @@ func newSched(id string, f *File, inventory []Machine, max int, now time.Time) (
 			}
 			if u.Wall == nil && len(u.Missing) == 0 {
 				ts.fits = append(ts.fits, fit{machine: ms.idx, carry: c})
+				s.rec.Machines[ms.idx].Takes++
 				continue
 			}
 			unfit = append(unfit, u)
