@@ -113,7 +113,9 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 			cfg.OnChange(c, snap)
 		}
 	}
-	settle := func() {
+	// refill gives back what ended attempts held and fills free slots; it
+	// runs after every event, so that a slot is taken again at once.
+	refill := func() {
 		for _, aid := range s.ended {
 			if l := lives[aid]; l != nil {
 				l.cancel()
@@ -135,7 +137,6 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 			logger.Debug("placed", "task", a.Task.Name, "machine", a.Machine.Name, "attempt", a.ID, "carry", string(a.Carry))
 			cfg.Runner.Start(actx, a, in.put)
 		}
-		emit()
 	}
 
 	ctxDone := ctx.Done()
@@ -149,8 +150,8 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 		ctxDone = nil
 		s.cancel(clock.Now())
 	}
+	refill()
 	emit()
-	settle()
 	cancelled := func() {
 		ctxDone = nil
 		// The attempts' contexts derive from ctx: they are cancelled
@@ -182,11 +183,12 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 						l.cancel()
 					}
 				}
+				refill()
 			}
 		case <-ctxDone:
 			cancelled()
 		}
-		settle()
+		emit()
 	}
 	s.finish(clock.Now())
 	emit()

@@ -199,6 +199,14 @@ func newSched(id string, f *File, inventory []Machine, max int, now time.Time) (
 			}
 		}
 	}
+	type chosenKey struct {
+		machine int
+		open    bool
+	}
+	chosen := map[chosenKey]struct {
+		carry carry.Carry
+		err   error
+	}{}
 	for ti, t := range f.Tasks {
 		ts := &taskState{task: t}
 		var unfit []Unfit
@@ -224,7 +232,14 @@ func newSched(id string, f *File, inventory []Machine, max int, now time.Time) (
 			if t.Network == NetworkOpen {
 				spec.EgressOpen = t.Reason
 			}
-			c, err := carry.Choose(ms.m.Record, spec)
+			// One machine's walled tasks share its answer.
+			key := chosenKey{ms.idx, spec.EgressOpen != ""}
+			ch, ok := chosen[key]
+			if !ok {
+				ch.carry, ch.err = carry.Choose(ms.m.Record, spec)
+				chosen[key] = ch
+			}
+			c, err := ch.carry, ch.err
 			if err != nil {
 				var ref *carry.Refusal
 				if !errors.As(err, &ref) {
