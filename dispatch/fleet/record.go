@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"maps"
 	"slices"
 	"time"
 )
@@ -77,9 +78,10 @@ type MachineRecord struct {
 
 // TaskRecord is one task of the file and what became of it.
 type TaskRecord struct {
-	Name    string   `json:"name"`
-	Command []string `json:"command"`
-	State   State    `json:"state"`
+	Name string `json:"name"`
+	// Spec is the task as the tasks file gave it, its defaults applied.
+	Spec  Task  `json:"spec"`
+	State State `json:"state"`
 	// Exit is the final attempt's exit code, when its run exited.
 	Exit *int `json:"exit,omitempty"`
 	// Why says why the task ended as it did when that was not its command's
@@ -137,7 +139,7 @@ func (r *Record) Clone() *Record {
 	c.Tasks = make([]TaskRecord, len(r.Tasks))
 	for i, t := range r.Tasks {
 		t.Exit = cloneInt(t.Exit)
-		t.Command = slices.Clone(t.Command)
+		t.Spec = t.Spec.clone()
 		t.Attempts = slices.Clone(t.Attempts)
 		for j := range t.Attempts {
 			t.Attempts[j].Exit = cloneInt(t.Attempts[j].Exit)
@@ -149,6 +151,14 @@ func (r *Record) Clone() *Record {
 		c.Summary = &s
 	}
 	return &c
+}
+
+func (t Task) clone() Task {
+	t.Command = slices.Clone(t.Command)
+	t.Machines = slices.Clone(t.Machines)
+	t.Needs = slices.Clone(t.Needs)
+	t.Env = maps.Clone(t.Env)
+	return t
 }
 
 func cloneInt(p *int) *int {

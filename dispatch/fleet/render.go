@@ -16,8 +16,8 @@ import (
 
 // Frame is what a terminal shows of a dispatch at now: a header with the
 // slots in use and the machines, then one line per task. It fits in width
-// columns and height rows: when the tasks do not fit, the running and the
-// unhappy ones are shown first and a last line counts the others.
+// columns and height rows (0: no bound): when the tasks do not fit, the
+// running and the unhappy ones are shown and a last line counts the others.
 func Frame(r *Record, now time.Time, width, height int) []string {
 	used, total := r.Slots()
 	counts := map[State]int{}
@@ -51,7 +51,11 @@ func Frame(r *Record, now time.Time, width, height int) []string {
 	for _, t := range r.Tasks {
 		nameWidth = max(nameWidth, min(len(t.Name), 24))
 	}
-	shown := pickShown(r.Tasks, height-len(lines)-1)
+	room := len(r.Tasks)
+	if height > 0 {
+		room = height - len(lines) - 1 // and the line the cursor waits on
+	}
+	shown := pickShown(r.Tasks, room)
 	for _, i := range shown {
 		t := &r.Tasks[i]
 		lines = append(lines, fmt.Sprintf("  %-*s  %s", nameWidth, t.Name, taskText(t, now)))

@@ -2,10 +2,12 @@ package fleet
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"flag"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +174,41 @@ func TestDur(t *testing.T) {
 		if got := dur(d); got != want {
 			t.Errorf("dur(%s) = %q, want %q", d, got, want)
 		}
+	}
+}
+
+func TestFrameUnbounded(t *testing.T) {
+	sc := runScenario(t)
+	r := sc.frames["busy"]
+	lines := Frame(r, sc.at["busy"], 0, 0)
+	if len(lines) != 2+len(r.Tasks) || !strings.Contains(lines[7], "fresh: lane remote-linux") {
+		t.Errorf("unbounded frame:\n%s", strings.Join(lines, "\n"))
+	}
+}
+
+// The record is what the records keep: it survives JSON whole, in the
+// shape pinned here.
+func TestRecordJSON(t *testing.T) {
+	sc := runScenario(t)
+	r := sc.frames["ended"]
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "record", string(b)+"\n")
+	var back Record
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(&back, r) {
+		t.Errorf("record changed through JSON:\n%+v\n%+v", &back, r)
+	}
+	c := r.Clone()
+	c.Tasks[0].Attempts[0].Machine = "changed"
+	*c.Tasks[0].Exit = 99
+	c.Summary.Exited = 99
+	c.Tasks[0].Spec.Command[0] = "changed"
+	if r.Tasks[0].Attempts[0].Machine == "changed" || *r.Tasks[0].Exit == 99 || r.Summary.Exited == 99 || r.Tasks[0].Spec.Command[0] == "changed" {
+		t.Error("Clone shares memory with the record")
 	}
 }

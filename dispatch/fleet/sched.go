@@ -260,7 +260,7 @@ func newSched(id string, f *File, inventory []Machine, max int, now time.Time) (
 			unfit = append(unfit, u)
 		}
 		s.tasks = append(s.tasks, ts)
-		s.rec.Tasks = append(s.rec.Tasks, TaskRecord{Name: t.Name, Command: slices.Clone(t.Command), State: Queued})
+		s.rec.Tasks = append(s.rec.Tasks, TaskRecord{Name: t.Name, Spec: t.clone(), State: Queued})
 		if len(ts.fits) == 0 {
 			why := "its pool is empty"
 			if len(unfit) > 0 {

@@ -80,7 +80,7 @@ type Task struct {
 	// dispatch was started (inside its workspace); "" is that directory.
 	Dir string `json:"dir,omitempty"`
 	// Timeout stops a run that takes longer; 0 is no limit.
-	Timeout time.Duration `json:"timeout,omitempty"`
+	Timeout time.Duration `json:"timeout_ns,omitempty"`
 	// Retries is how many times the task is placed again when its machine
 	// is lost.
 	Retries int `json:"retries"`

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/postern-dev/postern/door/policy"
 )
 
 // The example, with each block's attributes on lines of their own:
@@ -340,4 +342,22 @@ task "docs" {
 			}
 		}
 	})
+}
+
+func TestExampleTasksFile(t *testing.T) {
+	f, err := Load(filepath.Join("..", "..", "examples", "tasks.hcl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.Tasks) != 4 || f.Slots["gpu1"] != 1 || f.Tasks[2].Needs[0] != "gpu" || f.Tasks[3].Network != NetworkNone {
+		t.Errorf("example = %+v", f)
+	}
+	for _, task := range f.Tasks {
+		if task.Policy == "" {
+			continue
+		}
+		if _, err := policy.Load(task.Policy); err != nil {
+			t.Errorf("task %s: %v", task.Name, err)
+		}
+	}
 }
