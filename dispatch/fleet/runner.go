@@ -54,7 +54,8 @@ const (
 	RunFailed
 	// RunLost: the machine dropped (ssh cut, agent gone) under the run
 	// (Err); the machine is taken out of the dispatch and the task placed
-	// again elsewhere while its retries last.
+	// again elsewhere while its retries last. The machine's other runs are
+	// left to their runner: each is lost, or ends, as it reports.
 	RunLost
 
 	// Kinds the dispatch sends itself.
