@@ -60,12 +60,14 @@ fuzz:
 # sandbox-runtime) is installed with apt-get when missing, as root where apt-get
 # exists; elsewhere the one apt-get line is printed and the rows without their tool
 # are reported as not measured. sandbox-runtime is installed with npm into the user
-# cache on first use (-no-srt leaves it out).
+# cache on first use (-no-srt leaves it out). Then the fleet's own cost with runs
+# that cost nothing: overhead per task and slots in use, 100 tasks on 3 machines.
 bench: build
 	$(GO) run ./internal/benchmark/cmd/postern-wallbench -postern $(BIN)/postern
 	$(GO) run ./internal/benchmark/cmd/postern-bench -postern $(BIN)/postern -quick
 	$(GO) run ./internal/benchmark/cmd/postern-inspectbench -postern $(BIN)/postern -quick
 	$(GO) run ./internal/benchmark/cmd/postern-gatewaybench -postern $(BIN)/postern -quick
+	$(GO) test -run '^$$' -bench BenchmarkDispatch -benchtime 20x ./dispatch/fleet
 
 demo: build
 	$(GO) run ./examples/demo -postern $(BIN)/postern
