@@ -124,7 +124,7 @@ func clientDir(t *testing.T, name string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.RemoveAll(d) })
+	t.Cleanup(func() { os.RemoveAll(d); os.RemoveAll(d + ".home") }) // the home beside Dir of a client run by a program
 	return d
 }
 
