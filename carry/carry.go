@@ -2,6 +2,7 @@ package carry
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,7 +37,14 @@ type Spec struct {
 	// Kernel is the kernel release the run would meet now, if known. A record
 	// measured on another kernel no longer says what this one can do.
 	Kernel string
+	// NoNetwork is a run with no network at all (--network none): on a Linux
+	// lane it needs the network namespace and the filesystem's rungs, not
+	// the redirect into the door or Landlock's network rules.
+	NoNetwork bool
 }
+
+// noNetworkDrops are the rungs a run with no network does not stand on.
+var noNetworkDrops = []string{probe.RungNetnsRedirect, probe.RungLandlock}
 
 // needs lists the rungs each lane's carry stands on.
 var needs = map[string]struct {
@@ -114,6 +122,9 @@ func Choose(rec *probe.Record, spec Spec) (Carry, error) {
 	}
 	probeCmd := fmt.Sprintf("run 'postern machine probe-confinement %s'", spec.Machine)
 	lane, ok := needs[spec.Lane]
+	if ok && spec.NoNetwork && lane.carry == NetworkWall {
+		lane.rungs = slices.DeleteFunc(slices.Clone(lane.rungs), func(r string) bool { return slices.Contains(noNetworkDrops, r) })
+	}
 	if !ok {
 		return "", &Refusal{Lane: spec.Lane, Machine: spec.Machine, Fix: "no carry walls this lane; run with --egress-open \"<reason>\" to open the network deliberately"}
 	}

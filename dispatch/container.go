@@ -59,16 +59,22 @@ func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m ma
 	case open:
 		// As a local open run: no measurement needed, the reason recorded.
 		run.Carry = string(carry.None)
+		run.Network = "open"
+		run.Seal = sealOf(ctx, pol, sealNotOpen)
 	case noNetwork:
 		run.Carry = string(carry.None)
 		run.Why = whyNoNetwork
+		run.Network = NetworkNone
+		run.Seal = sealOf(ctx, pol, sealNotNetwork)
 	default:
 		c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, Kernel: kernelRelease()})
 		if err != nil {
 			return refuse(store, run, err)
 		}
 		run.Carry = string(c)
+		run.Seal = sealOf(ctx, pol, sealNotContainer)
 	}
+	warnSeal(spec.Warn, run.ID, run.Seal)
 	eng, err := container.DetectRemembered(ctx, cs.Engine)
 	if err != nil {
 		if noNetwork || open {
@@ -114,12 +120,17 @@ func runInContainer(ctx context.Context, store *records.Store, run *records.Run,
 			}
 		}
 	}
+	if !noNetwork {
+		// Pointed at its guardrails (through the door, or straight to them
+		// on an open network), not forced through them.
+		env = append(env, guardrailEnv(pol, open)...)
+	}
 	wall, err := container.Raise(ctx, container.Spec{
 		Engine:    eng,
 		Image:     spec.Container.Image,
 		Command:   spec.Command,
 		Run:       run.ID,
-		Ports:     pol.Ports,
+		Ports:     wallPorts(pol),
 		AllTCP:    pol.Mode == policy.Observe,
 		NoNetwork: noNetwork,
 		Open:      open,

@@ -43,6 +43,10 @@ type Spec struct {
 	KeepHome bool
 	// PidsLimit overrides the policy's pids_limit when set.
 	PidsLimit int
+	// Network is "none" for a run with no network at all: a network
+	// namespace with only lo, no door, no DNS (postern run --network none);
+	// "" puts the run behind its door.
+	Network string
 
 	Stdin          *os.File
 	Stdout, Stderr *os.File
@@ -63,6 +67,9 @@ type Spec struct {
 	// connection on to it instead of judging it (see gateway.go).
 	Upstream *door.Upstream
 }
+
+// NetworkNone is Spec.Network for a run with no network at all.
+const NetworkNone = "none"
 
 // PolicyError is a policy that could not be read or compiled.
 type PolicyError struct{ Err error }
@@ -134,6 +141,18 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		Pid:              os.Getpid(),
 		PidStart:         procstat.StartTime(os.Getpid()),
 	}
+	noNetwork := spec.Network == NetworkNone
+	switch {
+	case spec.Network != "" && !noNetwork:
+		return nil, &PolicyError{fmt.Errorf("--network %q: the one value is none (a run with no network at all)", spec.Network)}
+	case noNetwork && strings.TrimSpace(spec.EgressOpen) != "":
+		return nil, &PolicyError{errors.New("--network none and --egress-open say opposite things: give one")}
+	case noNetwork && spec.Container.Image != "":
+		spec.Container.Network = "none"
+	}
+	if noNetwork {
+		run.Network = NetworkNone
+	}
 	if spec.Container.Image != "" {
 		return runContainerLane(ctx, store, spec, m, rec, run, pol, pins)
 	}
@@ -141,11 +160,29 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	if m.IsLocal() {
 		kernel = kernelRelease()
 	}
-	c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, EgressOpen: spec.EgressOpen, Kernel: kernel})
+	c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, EgressOpen: spec.EgressOpen, Kernel: kernel, NoNetwork: noNetwork})
 	if err != nil {
 		return refuse(store, run, err)
 	}
 	run.Carry = string(c)
+	if noNetwork && c != carry.NetworkWall {
+		return refuse(store, run, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
+			AtRunTime: fmt.Sprintf("--network none needs a Linux network wall, and this run's carry is %s", c),
+			Fix:       "run on a Linux machine, or in a container with --container-network none"})
+	}
+	switch {
+	case c == carry.None:
+		run.Network = "open"
+		run.Seal = sealOf(ctx, pol, sealNotOpen)
+		spec.Env = withGuardrails(spec.Env, pol, true)
+	case noNetwork:
+		run.Seal = sealOf(ctx, pol, sealNotNetwork)
+	case c == carry.ConnectDoor:
+		run.Seal = sealOf(ctx, pol, sealNotMacOS)
+	case m.IsLocal():
+		run.Seal = sealOf(ctx, pol, "")
+	}
+	warnSeal(spec.Warn, run.ID, run.Seal)
 	if err := checkJoin(spec, m, c); err != nil {
 		return nil, &PolicyError{err}
 	}

@@ -61,7 +61,7 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 		Signals: spec.Signals, Emit: evlog.Emit,
 		BeforeStart: recorded,
 		Logger:      spec.Logger, Warn: spec.Warn,
-		Files: files, PidsLimit: spec.PidsLimit,
+		Files: files, PidsLimit: spec.PidsLimit, NoNetwork: spec.Network == NetworkNone,
 		OnWrites: func(lines []string) { run.Writes = lines },
 	})
 	logErr := closeEventLog(ctx, evlog, run)

@@ -258,7 +258,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 		ID: run.ID, Machine: m.Name, Lane: run.Lane, Command: spec.Command,
 		Env: remoteEnv(spec.Env), Policy: src, PolicyAt: spec.PolicyPath,
 		AddHosts: spec.AddHosts, Resolver: spec.Resolver, Open: run.EgressOpenReason,
-		KeepHome: spec.KeepHome, PidsLimit: spec.PidsLimit,
+		KeepHome: spec.KeepHome, PidsLimit: spec.PidsLimit, NoNetwork: spec.Network == NetworkNone,
 	}
 	cio := agent.ClientIO{Stdout: spec.Stdout, Stderr: spec.Stderr, Signals: spec.Signals}
 	if spec.Stdin != nil {
@@ -278,6 +278,11 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	cio.OnEvent = evlog.Emit
 	cio.OnStart = func(st agent.Started) {
 		run.Landlock = termtext.Printable(st.Landlock)
+		if st.Seal != nil {
+			// Measured beside the run, on the remote.
+			run.Seal = &records.Seal{Held: st.Seal.Held, Guardrail: termtext.Printable(st.Seal.Guardrail), Why: termtext.Printable(st.Seal.Why)}
+			warnSeal(spec.Warn, run.ID, run.Seal)
+		}
 		if tty != nil {
 			tty.raw()
 		}
@@ -403,16 +408,27 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		defer os.Remove(dir)
 	}
 	env := append(os.Environ(), req.Env...)
+	var notHere string
+	switch {
+	case req.NoNetwork:
+		notHere = sealNotNetwork
+	case runtime.GOOS == "darwin":
+		notHere = sealNotMacOS
+	}
+	seal := sealState(sealOf(ctx, pol, notHere))
 	walled, onStart := RunWalled, func() {
-		if pol.Mode == policy.Observe {
-			rio.OnStart("none in observe mode: tcp to every port goes to the door")
-			return
+		switch {
+		case req.NoNetwork:
+			rio.OnStart("none: the run has no network", seal)
+		case pol.Mode == policy.Observe:
+			rio.OnStart("none in observe mode: tcp to every port goes to the door", seal)
+		default:
+			rio.OnStart(netwall.LandlockStatus(wallPorts(pol)), seal)
 		}
-		rio.OnStart(netwall.LandlockStatus(pol.Ports))
 	}
 	if runtime.GOOS == "darwin" {
 		// A Mac carries the run with the connect door (remote-macos).
-		walled, onStart = RunSeatbelt, func() { rio.OnStart("none: macOS, the run is under a seatbelt profile") }
+		walled, onStart = RunSeatbelt, func() { rio.OnStart("none: macOS, the run is under a seatbelt profile", seal) }
 	}
 	code, err := walled(ctx, Walled{
 		Run: req.ID, Machine: req.Machine, Lane: req.Lane,
@@ -424,6 +440,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		Signals:  rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
 		OnStart:       onStart,
 		Landlock:      true,
+		NoNetwork:     req.NoNetwork,
 		NeverWritable: agentDir(),
 		Logger:        logger,
 	})
@@ -486,7 +503,7 @@ func serveOpenRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO) (i
 	if dir == "" {
 		dir, _ = os.UserHomeDir()
 	}
-	rio.OnStart("none: open network (--egress-open)")
+	rio.OnStart("none: open network (--egress-open)", nil)
 	return runOpenCmd(ctx, openRun{
 		Command: req.Command, Dir: dir, Env: append(os.Environ(), req.Env...),
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr,
@@ -498,4 +515,12 @@ func serveOpenRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO) (i
 // ProbeHere is the agent's side of a remote probe.
 func ProbeHere(ctx context.Context, name string, logger *slog.Logger) (*probe.Record, error) {
 	return probe.Run(ctx, probe.Options{Name: name, Version: Version, Logger: logger})
+}
+
+// sealState is a seal as the agent sends it home.
+func sealState(s *records.Seal) *agent.SealState {
+	if s == nil {
+		return nil
+	}
+	return &agent.SealState{Held: s.Held, Guardrail: s.Guardrail, Why: s.Why}
 }

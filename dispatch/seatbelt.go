@@ -56,7 +56,7 @@ func RunSeatbelt(ctx context.Context, w Walled) (int, error) {
 			Fix:       "check that /usr/bin/sandbox-exec runs here ('sandbox-exec -p \"(version 1)(allow default)\" /usr/bin/true'); then run 'postern machine probe-confinement " + w.Machine + "' again"}
 	}
 	wall, err := seatbelt.Raise(ctx, seatbelt.Spec{
-		Run: w.Run, Command: w.Command, Dir: w.Dir, Env: w.Env, Policy: w.Policy,
+		Run: w.Run, Command: w.Command, Dir: w.Dir, Env: withGuardrails(w.Env, w.Policy, false), Policy: w.Policy,
 		NeverWritable: append(neverWritable(), w.NeverWritable...),
 		Stdin:         stdin, Stdout: stdout, Stderr: stderr,
 		TTY:    ownTTY || (tty != nil && tty.keys != nil),

@@ -76,6 +76,9 @@ type Walled struct {
 	// Where names the machine in what the person is told about the run's
 	// writes ("" for this one).
 	Where string
+	// NoNetwork runs the command with no network at all: only lo, no door,
+	// no DNS (--network none).
+	NoNetwork bool
 
 	Logger *slog.Logger
 	Warn   io.Writer // teardown problems meant for the person
@@ -106,8 +109,16 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	// In observe mode every TCP port leads to the door, which lets through
 	// what the floor allows and records what enforce would refuse.
 	observe := w.Policy.Mode == policy.Observe
-	if w.Landlock && !observe {
-		w.Env = append(w.Env[:len(w.Env):len(w.Env)], netwall.LandlockConnectEnv(w.Policy.Ports))
+	ports := wallPorts(w.Policy)
+	if w.NoNetwork {
+		ports = nil
+	} else {
+		// The run is pointed at its guardrails, which it reaches through
+		// the door on their ports.
+		w.Env = withGuardrails(w.Env, w.Policy, false)
+	}
+	if w.Landlock && !observe && !w.NoNetwork {
+		w.Env = append(w.Env[:len(w.Env):len(w.Env)], netwall.LandlockConnectEnv(ports))
 	}
 	stdin, stdout, stderr := w.Stdin, w.Stdout, w.Stderr
 	var tty *terminal
@@ -141,8 +152,9 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		Env:       walledEnv(withoutInjected(w.Env, w.Policy)),
 		TrustPEM:  trust,
 		Hide:      w.Policy.InjectFiles(),
-		Ports:     w.Policy.Ports,
-		AllTCP:    observe,
+		Ports:     ports,
+		AllTCP:    observe && !w.NoNetwork,
+		NoNetwork: w.NoNetwork,
 		Stdin:     stdin,
 		Stdout:    stdout,
 		Stderr:    stderr,
@@ -179,11 +191,21 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 			return 0, err
 		}
 	}
+	// On a network wall the guardrails' seal is held: their hosts are
+	// denied whatever else the policy says.
 	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger,
-		Authority: ca, UpstreamRoots: w.UpstreamRoots, Upstream: w.Upstream}
-	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
-		return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
-	})
+		Authority: ca, UpstreamRoots: w.UpstreamRoots, Upstream: w.Upstream, Seal: len(w.Policy.Guardrails) > 0}
+	var (
+		code            int
+		runErr, doorErr error
+	)
+	if w.NoNetwork {
+		code, runErr = superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
+	} else {
+		code, runErr, doorErr = withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
+			return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
+		})
+	}
 	if lines := writeLines(wall.Ending(), w.Where); len(lines) > 0 {
 		for _, l := range lines {
 			w.Logger.Info("run's writes", "run", w.Run, "what", l)

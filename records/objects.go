@@ -62,6 +62,23 @@ type Run struct {
 	// full or failing); EventsError is the first failure.
 	EventsLost  int    `json:"events_lost,omitempty"`
 	EventsError string `json:"events_error,omitempty"`
+	// Network is "none" for a run with no network at all (no door, no DNS,
+	// only lo), "open" for one run with --egress-open, "" for one behind its
+	// door.
+	Network string `json:"network,omitempty"`
+	// Seal says, for a policy with guardrails, whether their seal held.
+	Seal *Seal `json:"seal,omitempty"`
+}
+
+// Seal is whether a run's policy's guardrail seal held: the lane can seal
+// (a Linux network wall) and every guardrail answered a TCP connect at its
+// address when the run started. Not held, the sealed hosts stay denied where
+// the lane can seal; elsewhere the run is pointed at the guardrails but not
+// forced through them.
+type Seal struct {
+	Held      bool   `json:"held"`
+	Guardrail string `json:"guardrail"` // the guardrails' names, comma-separated
+	Why       string `json:"why,omitempty"`
 }
 
 // Ended reports whether the run has reached a final state.

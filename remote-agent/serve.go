@@ -42,8 +42,8 @@ type RunIO struct {
 	// KillGrace is the time between SIGTERM and SIGKILL once ctx is done.
 	KillGrace time.Duration
 	// OnStart is called once the run is inside its wall, with the Landlock
-	// confinement it got.
-	OnStart func(landlock string)
+	// confinement it got and its guardrail seal (nil: no guardrail).
+	OnStart func(landlock string, seal *SealState)
 	// Writes, called once the run is over, says what became of its writes
 	// that did not reach the machine as written; it goes home with the exit.
 	Writes func(lines []string)
@@ -358,7 +358,9 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 		Signals:   s.sigs,
 		Emit:      func(ev door.Event) { _ = s.w.WriteJSON(FrameEvent, ev) },
 		KillGrace: lostKillGrace,
-		OnStart:   func(landlock string) { _ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock}) },
+		OnStart: func(landlock string, seal *SealState) {
+			_ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock, Seal: seal})
+		},
 		Writes:    func(lines []string) { writes = lines },
 	})
 	// Every process of the run is gone: close the write ends so the copies

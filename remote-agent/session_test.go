@@ -41,7 +41,7 @@ func startServe(t *testing.T, h Handlers) (*controllerEnd, chan error, func()) {
 
 func blockingRun(started chan<- time.Time, stopped chan<- time.Time) func(ctx context.Context, req RunRequest, rio RunIO) (int, error) {
 	return func(ctx context.Context, req RunRequest, rio RunIO) (int, error) {
-		rio.OnStart("")
+		rio.OnStart("", nil)
 		started <- time.Now()
 		<-ctx.Done()
 		stopped <- time.Now()
@@ -96,7 +96,7 @@ func TestServeRunCarriesStreamsEventsAndExit(t *testing.T) {
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	h := Handlers{Run: func(ctx context.Context, req RunRequest, rio RunIO) (int, error) {
-		rio.OnStart("abi 7: tcp connect only to ports 53")
+		rio.OnStart("abi 7: tcp connect only to ports 53", nil)
 		b, _ := io.ReadAll(rio.Stdin)
 		rio.Stdout.Write([]byte("out:" + string(b)))
 		rio.Stderr.Write([]byte("err"))

@@ -276,11 +276,23 @@ type RunRequest struct {
 	KeepHome bool `json:"keep_home,omitempty"`
 	// PidsLimit overrides the policy's pids_limit when set (--pids-limit).
 	PidsLimit int `json:"pids_limit,omitempty"`
+	// NoNetwork runs the command with no network at all (--network none).
+	NoNetwork bool `json:"no_network,omitempty"`
 }
 
 // Started says the run is inside its wall.
 type Started struct {
 	Landlock string `json:"landlock,omitempty"` // the Landlock ABI applied, e.g. "v4", or why none
+	// Seal is whether the policy's guardrail seal held, measured beside the
+	// run: held only when every guardrail answered there.
+	Seal *SealState `json:"seal,omitempty"`
+}
+
+// SealState is a guardrail seal as measured beside a run.
+type SealState struct {
+	Held      bool   `json:"held"`
+	Guardrail string `json:"guardrail"`
+	Why       string `json:"why,omitempty"`
 }
 
 // Exit ends a request.

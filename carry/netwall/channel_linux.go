@@ -47,7 +47,10 @@ type initConfig struct {
 	Env     []string `json:"env"`
 	Ports   []uint16 `json:"ports"`
 	AllTCP  bool     `json:"all_tcp,omitempty"`
-	TTY     bool     `json:"tty"`
+	// NoNetwork: only lo, up, and nothing else: no routes, no listeners, no
+	// rules (Spec.NoNetwork).
+	NoNetwork bool `json:"no_network,omitempty"`
+	TTY       bool `json:"tty"`
 	Layout  layout   `json:"layout"`
 	// NProc, when set, is the RLIMIT_NPROC the command starts with: the
 	// run's pids limit where no cgroup holds it.

@@ -155,7 +155,13 @@ func signalRequests(ctl *channel) <-chan syscall.Signal {
 // It returns the listeners' descriptors (transparent, DNS UDP, DNS TCP) and
 // what it keeps of the run's view for its end.
 func setup(cfg initConfig) ([]*os.File, *mounted, *wireError) {
-	files, werr := configureNetns(cfg.Ports, cfg.AllTCP)
+	var files []*os.File
+	var werr *wireError
+	if cfg.NoNetwork {
+		werr = loopbackOnly()
+	} else {
+		files, werr = configureNetns(cfg.Ports, cfg.AllTCP)
+	}
 	if werr != nil {
 		return nil, nil, werr
 	}
@@ -171,6 +177,21 @@ func setup(cfg initConfig) ([]*os.File, *mounted, *wireError) {
 		return nil, nil, stepError(StepMount, err)
 	}
 	return files, view, nil
+}
+
+// loopbackOnly makes the calling thread's network namespace one with lo up
+// and nothing else: no route leads anywhere (a connect to any address but
+// lo's fails at once, ENETUNREACH), and no DNS answers. Nothing to judge, so
+// no door.
+func loopbackOnly() *wireError {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return stepError(StepLoopback, fmt.Errorf("find lo: %w", err))
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return stepError(StepLoopback, fmt.Errorf("set lo up: %w", err))
+	}
+	return nil
 }
 
 // configureNetns makes the calling thread's network namespace the wall: lo up

@@ -34,6 +34,10 @@ type Spec struct {
 	Env []string
 	// Ports are the TCP ports redirected to the door's transparent listener.
 	Ports []uint16
+	// NoNetwork gives the run a network namespace with only lo and nothing
+	// else: no door, no DNS, no rules, no way out at all (postern run
+	// --network none). Ports and AllTCP are ignored, and Listeners is empty.
+	NoNetwork bool
 	// AllTCP redirects TCP to every port to the door instead (observe mode:
 	// the door lets them through and records what enforce would refuse).
 	AllTCP bool

@@ -83,7 +83,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	cfg := initConfig{Command: spec.Command, Dir: spec.Dir, Env: spec.Env, Ports: spec.Ports, AllTCP: spec.AllTCP, TTY: spec.TTY}
+	cfg := initConfig{Command: spec.Command, Dir: spec.Dir, Env: spec.Env, Ports: spec.Ports, AllTCP: spec.AllTCP, NoNetwork: spec.NoNetwork, TTY: spec.TTY}
 	if cfg.Env == nil {
 		cfg.Env = os.Environ()
 	}
@@ -283,6 +283,9 @@ func (w *Wall) handshake(ctx context.Context, cfg initConfig) (door.Listeners, e
 			f.Close()
 		}
 	}()
+	if cfg.NoNetwork && reply.Type == msgReady && len(files) == 0 {
+		return door.Listeners{}, nil // nothing to judge: no door
+	}
 	if reply.Type != msgReady || (len(files) != 3 && len(files) != 4) {
 		return door.Listeners{}, fmt.Errorf("network wall: init answered %q with %d descriptors, want %q with 3 or 4", reply.Type, len(files), msgReady)
 	}

@@ -285,7 +285,6 @@ func newGatewayLab(t *testing.T) *gatewayLab {
 	return l
 }
 
-
 // gatewayPolicy is the default policy of the gateway tests: web.test and
 // files.test, on the lab's ports, with their hosts' /24s open by CIDR.
 func (l *gatewayLab) gatewayPolicy() string {

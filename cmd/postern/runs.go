@@ -83,6 +83,14 @@ func init() {
 			row("policy", r.Policy)
 			row("mode", r.Mode)
 			row("egress open", r.EgressOpenReason)
+			row("network", r.Network)
+			if r.Seal != nil {
+				held := "held"
+				if !r.Seal.Held {
+					held = "not held: " + r.Seal.Why
+				}
+				row("seal", fmt.Sprintf("guardrail %s, %s", r.Seal.Guardrail, held))
+			}
 			row("started", r.StartedAt.Local().Format(time.RFC3339))
 			if !r.EndedAt.IsZero() {
 				row("ended", r.EndedAt.Local().Format(time.RFC3339))
