@@ -34,7 +34,9 @@ type SSHOptions struct {
 	TrustNewHostKey bool
 	// Identity is a private key file tried before the configuration's.
 	Identity string
-	// ConnectTimeout bounds each TCP connect and ssh handshake; zero means 15s.
+	// ConnectTimeout bounds each TCP connect and ssh handshake. Zero takes
+	// the host's ConnectTimeout from the ssh config, else 15s; set, it wins
+	// over the config, as ssh -o ConnectTimeout does.
 	ConnectTimeout time.Duration
 	Logger         *slog.Logger
 }
@@ -82,9 +84,6 @@ func DialSSH(ctx context.Context, dest string, opts SSHOptions) (*SSHClient, err
 	if opts.ConfigFile == "" {
 		opts.ConfigFile = filepath.Join(opts.Home, ".ssh", "config")
 	}
-	if opts.ConnectTimeout <= 0 {
-		opts.ConnectTimeout = 15 * time.Second
-	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -100,6 +99,21 @@ func DialSSH(ctx context.Context, dest string, opts SSHOptions) (*SSHClient, err
 		defer dl.agentConn.Close()
 	}
 	return dl.dial(ctx, d, 0)
+}
+
+// defaultConnectTimeout bounds a connect and handshake when neither the
+// caller nor the ssh config says.
+const defaultConnectTimeout = 15 * time.Second
+
+// timeout is how long a connect and handshake to h may take.
+func (dl *dialer) timeout(h SSHHost) time.Duration {
+	switch {
+	case dl.opts.ConnectTimeout > 0:
+		return dl.opts.ConnectTimeout
+	case h.ConnectTimeout > 0:
+		return time.Duration(h.ConnectTimeout) * time.Second
+	}
+	return defaultConnectTimeout
 }
 
 type dialer struct {
@@ -165,7 +179,7 @@ func (dl *dialer) dial(ctx context.Context, d Dest, depth int) (*SSHClient, erro
 			chain = append(chain, jc.Client)
 			via = jc.Client
 		}
-		dctx, cancel := context.WithTimeout(ctx, dl.opts.ConnectTimeout)
+		dctx, cancel := context.WithTimeout(ctx, dl.timeout(h))
 		conn, err = via.DialContext(dctx, "tcp", addr)
 		cancel()
 		if err != nil {
@@ -187,7 +201,7 @@ func (dl *dialer) dial(ctx context.Context, d Dest, depth int) (*SSHClient, erro
 		}
 		return dl.client(c, h, nil), nil
 	} else {
-		nd := net.Dialer{Timeout: dl.opts.ConnectTimeout, KeepAlive: 30 * time.Second}
+		nd := net.Dialer{Timeout: dl.timeout(h), KeepAlive: 30 * time.Second}
 		conn, err = nd.DialContext(ctx, "tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s (%s): %w", d, addr, err)
@@ -222,7 +236,7 @@ func (dl *dialer) dialVia(ctx context.Context, via *ssh.Client, d Dest) (*SSHCli
 	if err != nil {
 		return nil, err
 	}
-	dctx, cancel := context.WithTimeout(ctx, dl.opts.ConnectTimeout)
+	dctx, cancel := context.WithTimeout(ctx, dl.timeout(h))
 	conn, err := via.DialContext(dctx, "tcp", addr)
 	cancel()
 	if err != nil {
@@ -236,7 +250,7 @@ func (dl *dialer) dialVia(ctx context.Context, via *ssh.Client, d Dest) (*SSHCli
 }
 
 func (dl *dialer) handshake(ctx context.Context, conn net.Conn, addr string, conf *ssh.ClientConfig) (*ssh.Client, error) {
-	deadline := time.Now().Add(dl.opts.ConnectTimeout)
+	deadline := time.Now().Add(conf.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -291,7 +305,7 @@ func (dl *dialer) clientConfig(h SSHHost, addr string) (*ssh.ClientConfig, error
 			return hk.callback(keyHost, remote, key)
 		},
 		HostKeyAlgorithms: hk.algorithms(keyHost),
-		Timeout:           dl.opts.ConnectTimeout,
+		Timeout:           dl.timeout(h),
 		ClientVersion:     "SSH-2.0-postern",
 	}, nil
 }

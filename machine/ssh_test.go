@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/crypto/ssh"
 )
@@ -297,5 +298,27 @@ func TestCertSigners(t *testing.T) {
 	}
 	if _, err := certSigners(key, id, SSHHost{CertificateFiles: []string{plain}}, dir); err == nil || !strings.Contains(err.Error(), "not a certificate") {
 		t.Fatalf("a CertificateFile with a plain key: %v", err)
+	}
+}
+
+func TestConnectTimeoutFromConfigAndFlag(t *testing.T) {
+	cfg, err := ParseSSHConfig("config", []byte("Host slow\n  ConnectTimeout 3\nHost *\n  ConnectTimeout 40\n"), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, other := cfg.Lookup("slow"), cfg.Lookup("other")
+	if slow.ConnectTimeout != 3 || other.ConnectTimeout != 40 {
+		t.Fatalf("ConnectTimeout: slow %d, other %d", slow.ConnectTimeout, other.ConnectTimeout)
+	}
+	dl := &dialer{}
+	if got := dl.timeout(slow); got != 3*time.Second {
+		t.Fatalf("from the config: %v", got)
+	}
+	if got := dl.timeout(SSHHost{}); got != defaultConnectTimeout {
+		t.Fatalf("unset: %v", got)
+	}
+	dl.opts.ConnectTimeout = 500 * time.Millisecond
+	if got := dl.timeout(slow); got != 500*time.Millisecond {
+		t.Fatalf("the flag over the config: %v", got)
 	}
 }

@@ -217,6 +217,7 @@ type SSHHost struct {
 	ProxyJump           string // "" or a comma-separated list of [user@]host[:port]
 	ProxyCommand        string // "" or a shell command line whose stdin and stdout carry ssh
 	ServerAliveInterval int    // seconds; 0 is unset
+	ConnectTimeout      int    // seconds; 0 is unset
 	UserKnownHostsFiles []string
 	StrictHostKeyCheck  string
 	// HostKeyAlias is the name host keys are looked up and recorded under
@@ -278,6 +279,8 @@ func (c *SSHConfig) Lookup(host string) SSHHost {
 			h.ProxyCommand = e.value
 		case "serveraliveinterval":
 			h.ServerAliveInterval, _ = strconv.Atoi(e.value)
+		case "connecttimeout":
+			h.ConnectTimeout, _ = strconv.Atoi(e.value)
 		case "userknownhostsfile":
 			h.UserKnownHostsFiles = strings.Fields(e.value)
 		case "stricthostkeychecking":

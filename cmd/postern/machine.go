@@ -179,6 +179,7 @@ func init() {
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
 
 	var probeJSON, probeAll, trustNewHostKey bool
+	var probeConnectTimeout time.Duration
 	probeCmd := &cobra.Command{
 		Use:   "probe-confinement [NAME...]",
 		Short: "Measure what a machine can wall, by performing each act, and record it",
@@ -195,7 +196,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			// Remote machines are measured through their agent (machine_remote.go).
 			// Machines measured are printed even when others failed.
-			views, perr := probeMachines(cmd.Context(), store, args, probeAll, trustNewHostKey, logger)
+			views, perr := probeMachines(cmd.Context(), store, args, probeAll, machine.SSHOptions{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}, logger)
 			if len(views) == 0 {
 				return perr
 			}
@@ -219,6 +220,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 	probeCmd.Flags().BoolVar(&probeJSON, "json", false, "print what was measured as JSON")
 
 	probeCmd.Flags().BoolVar(&probeAll, "all", false, "measure every machine, concurrently")
+	probeCmd.Flags().DurationVar(&probeConnectTimeout, "connect-timeout", 0, "bound on each ssh connect and handshake (default: the ssh config's ConnectTimeout, else 15s)")
 	probeCmd.Flags().BoolVar(&trustNewHostKey, "trust-new-host-key", false, "accept and record the ssh host key of a machine known_hosts does not list yet (a changed key is never accepted)")
 
 	var (

@@ -22,7 +22,7 @@ import (
 // probeMachines measures the named machines (local by default, every machine with
 // all), each where it is: local in process, remote through its agent. Several are
 // measured at once, with a line on stderr as each starts and ends.
-func probeMachines(ctx context.Context, store *records.Store, names []string, all, trust bool, logger *slog.Logger) ([]machineView, error) {
+func probeMachines(ctx context.Context, store *records.Store, names []string, all bool, sshOpts machine.SSHOptions, logger *slog.Logger) ([]machineView, error) {
 	var ms []machine.Machine
 	switch {
 	case all:
@@ -72,7 +72,9 @@ func probeMachines(ctx context.Context, store *records.Store, names []string, al
 			if m.IsLocal() {
 				rec, err = probe.Run(ctx, probe.Options{Name: m.Name, Version: version, Logger: logger})
 			} else {
-				r := dispatch.Remote{SSH: machine.SSHOptions{TrustNewHostKey: trust, Logger: logger}, Agents: store, Warn: os.Stderr}
+				ssh := sshOpts
+				ssh.Logger = logger
+				r := dispatch.Remote{SSH: ssh, Agents: store, Warn: os.Stderr}
 				if progress != nil {
 					r.Progress = progress
 				}

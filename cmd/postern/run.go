@@ -129,6 +129,7 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 	f.StringVar(&spec.UpstreamRoots, "upstream-ca", "", "PEM file of certificate authorities trusted, besides this machine's, when the door verifies a host the policy inspects")
 	f.StringVar(&spec.EgressOpen, "egress-open", "", "run WITHOUT a wall; the reason is required and recorded")
 	f.BoolVar(&spec.KeepHome, "keep-home", false, "keep what the run writes in its home outside its writable places, rather than discarding it; the end of the run says where")
+	f.DurationVar(&spec.Remote.SSH.ConnectTimeout, "connect-timeout", 0, "bound on each ssh connect and handshake to a remote machine (default: the ssh config's ConnectTimeout, else 15s)")
 	f.StringVar(&spec.Network, "network", "", "\"none\": run with no network at all, only lo: no door, no DNS, nothing to judge")
 	f.IntVar(&spec.PidsLimit, "pids-limit", 0, "processes and threads the run may have at once (default: the policy's pids_limit, else 4096)")
 	f.BoolVarP(&quiet, "quiet", "q", false, "do not print denials on stderr as they happen")
