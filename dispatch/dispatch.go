@@ -1,6 +1,7 @@
 package dispatch
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -66,6 +67,18 @@ type Spec struct {
 	// Upstream, when set, joins a gateway: the run's door sends every
 	// connection on to it instead of judging it (see gateway.go).
 	Upstream *door.Upstream
+
+	// ID names the run; "" makes a new one.
+	ID string
+	// RunEnv are variables set for the run wherever it goes, local or
+	// remote (a task's env); Env is the person's own environment.
+	RunEnv []string
+	// Dispatch and Task name the dispatch and task a run is an attempt of;
+	// they go into its record (see fleetrun.go).
+	Dispatch, Task string
+	// OnStarted, if set, is called once with the run's record when its
+	// command has started behind the wall on its machine.
+	OnStarted func(*records.Run)
 }
 
 // NetworkNone is Spec.Network for a run with no network at all.
@@ -109,6 +122,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	}
 	// Whatever the lane, the run never holds what the door injects.
 	spec.Env = withoutInjected(spec.Env, pol)
+	spec.RunEnv = withoutInjected(spec.RunEnv, pol)
 	pins, err := parsePins(spec.AddHosts)
 	if err != nil {
 		return nil, &PolicyError{err}
@@ -128,8 +142,11 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	if rec != nil {
 		goos = rec.OS
 	}
+	if m.IsLocal() {
+		spec.Env = append(spec.Env, spec.RunEnv...)
+	}
 	run := &records.Run{
-		ID:               newID(),
+		ID:               cmp.Or(spec.ID, newID()),
 		Machine:          m.Name,
 		Lane:             m.Lane(goos),
 		Command:          spec.Command,
@@ -140,6 +157,8 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		StartedAt:        time.Now().UTC(),
 		Pid:              os.Getpid(),
 		PidStart:         procstat.StartTime(os.Getpid()),
+		Dispatch:         spec.Dispatch,
+		Task:             spec.Task,
 	}
 	noNetwork := spec.Network == NetworkNone
 	switch {
@@ -215,6 +234,9 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	case carry.None:
 		warnOpen(spec.Warn, run, "no wall, no door")
 		if m.IsLocal() {
+			if started := startedHook(spec, run); started != nil {
+				started()
+			}
 			code, err = runOpen(ctx, spec)
 		} else {
 			code, err = runRemote(ctx, store, run, spec, rec, m)

@@ -256,7 +256,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	}
 	req := agent.RunRequest{
 		ID: run.ID, Machine: m.Name, Lane: run.Lane, Command: spec.Command,
-		Env: remoteEnv(spec.Env), Policy: src, PolicyAt: spec.PolicyPath,
+		Env: append(remoteEnv(spec.Env), spec.RunEnv...), Policy: src, PolicyAt: spec.PolicyPath,
 		AddHosts: spec.AddHosts, Resolver: spec.Resolver, Open: run.EgressOpenReason,
 		KeepHome: spec.KeepHome, PidsLimit: spec.PidsLimit, NoNetwork: spec.Network == NetworkNone,
 	}
@@ -288,6 +288,9 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 		}
 		if err := store.PutRun(run); err != nil {
 			spec.Logger.Warn("record the run's start", "run", run.ID, "err", err)
+		}
+		if started := startedHook(spec, run); started != nil {
+			started()
 		}
 	}
 	exit, runErr := c.Run(ctx, req, cio)

@@ -31,6 +31,9 @@ type Machine struct {
 	AgentDir string            `json:"agent_dir,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	AddedAt  time.Time         `json:"added_at,omitzero"`
+	// PerMachine is how many runs of a dispatch the machine takes at once;
+	// 0 leaves it to the tasks file.
+	PerMachine int `json:"per_machine,omitempty"`
 }
 
 // ErrBadName is returned for machine names that cannot be used.

@@ -32,6 +32,7 @@ func rungs() []rung {
 		{RungIPv6, notLinux},
 		{RungLandlock, notLinux},
 		{RungSeatbeltNetworkDeny, measureSeatbelt},
+		{RungGPU, MeasureGPU},
 	}
 }
 

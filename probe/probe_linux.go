@@ -46,6 +46,7 @@ func rungs() []rung {
 		{RungLandlock, measureLandlock},
 		{RungOverlay, measureOverlay},
 		{RungContainer, measureContainer},
+		{RungGPU, MeasureGPU},
 	}
 }
 

@@ -19,6 +19,9 @@ const (
 	StateExited  = "exited"
 	StateFailed  = "failed"
 	StateLost    = "lost"
+	// StateCancelled is a run its dispatch stopped (Ctrl-C, dispatches
+	// cancel, a task's timeout).
+	StateCancelled = "cancelled"
 )
 
 // Run is one command line dispatched to one machine under one policy.
@@ -68,6 +71,10 @@ type Run struct {
 	Network string `json:"network,omitempty"`
 	// Seal says, for a policy with guardrails, whether their seal held.
 	Seal *Seal `json:"seal,omitempty"`
+	// Dispatch and Task name the dispatch and the task of the tasks file a
+	// run is an attempt of; "" for a run of its own (postern run).
+	Dispatch string `json:"dispatch,omitempty"`
+	Task     string `json:"task,omitempty"`
 }
 
 // Seal is whether a run's policy's guardrail seal held: the lane can seal

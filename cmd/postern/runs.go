@@ -21,7 +21,10 @@ import (
 func init() {
 	runs := &cobra.Command{Use: "runs", Short: "List runs, show one, read its events"}
 
-	var listJSON bool
+	var (
+		listJSON     bool
+		listDispatch string
+	)
 	list := &cobra.Command{
 		Use:   "list",
 		Short: "List runs, oldest first",
@@ -34,6 +37,11 @@ func init() {
 			rs, err := dispatch.Runs(store)
 			if err != nil {
 				return err
+			}
+			if listDispatch != "" {
+				if rs, err = dispatch.RunsOf(store, rs, listDispatch); err != nil {
+					return err
+				}
 			}
 			if listJSON {
 				return writeJSON(os.Stdout, rs)
@@ -48,6 +56,7 @@ func init() {
 		},
 	}
 	list.Flags().BoolVar(&listJSON, "json", false, "print a JSON array")
+	list.Flags().StringVar(&listDispatch, "dispatch", "", "only the runs of this dispatch (a unique prefix of its id is enough)")
 
 	var showJSON bool
 	show := &cobra.Command{
@@ -79,6 +88,8 @@ func init() {
 			row("state", r.State)
 			row("exit", exitText(r))
 			row("command", strings.Join(r.Command, " "))
+			row("dispatch", r.Dispatch)
+			row("task", r.Task)
 			row("dir", r.Dir)
 			row("policy", r.Policy)
 			row("mode", r.Mode)
@@ -136,7 +147,7 @@ func init() {
 	events.Flags().BoolVar(&evJSON, "json", false, "print JSON lines, as the door does")
 	events.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until the run ends")
 
-	runs.AddCommand(list, show, events)
+	runs.AddCommand(list, show, events, runsLogsCmd())
 	rootCmd.AddCommand(runs)
 }
 

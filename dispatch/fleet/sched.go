@@ -200,8 +200,8 @@ func newSched(id string, f *File, inventory []Machine, max int, now time.Time) (
 		}
 	}
 	type chosenKey struct {
-		machine int
-		open    bool
+		machine    int
+		open, none bool
 	}
 	chosen := map[chosenKey]struct {
 		carry carry.Carry
@@ -229,11 +229,14 @@ func newSched(id string, f *File, inventory []Machine, max int, now time.Time) (
 		for _, ms := range candidates {
 			u := Unfit{Machine: ms.m.Name}
 			spec := carry.Spec{Machine: ms.m.Name, Lane: ms.m.Lane()}
-			if t.Network == NetworkOpen {
+			switch t.Network {
+			case NetworkOpen:
 				spec.EgressOpen = t.Reason
+			case NetworkNone:
+				spec.NoNetwork = true
 			}
 			// One machine's walled tasks share its answer.
-			key := chosenKey{ms.idx, spec.EgressOpen != ""}
+			key := chosenKey{ms.idx, spec.EgressOpen != "", spec.NoNetwork}
 			ch, ok := chosen[key]
 			if !ok {
 				ch.carry, ch.err = carry.Choose(ms.m.Record, spec)

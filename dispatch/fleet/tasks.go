@@ -51,8 +51,9 @@ const (
 	// NetworkWall is the default: the run behind the wall, its connections
 	// judged by its policy at the door.
 	NetworkWall Network = "wall"
-	// NetworkNone is the wall with a policy that allows nothing: for tasks
-	// that need no network at all, whatever the file's default policy.
+	// NetworkNone is a run with no network at all (postern run --network
+	// none): a network namespace with only lo, no door, no DNS, whatever the
+	// file's default policy. It needs a Linux network wall.
 	NetworkNone Network = "none"
 	// NetworkOpen runs without a wall, deliberately; the task's reason is
 	// recorded, as --egress-open's is.
