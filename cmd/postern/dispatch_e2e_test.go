@@ -1,0 +1,483 @@
+//go:build linux
+
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/postern-dev/postern/dispatch/fleet"
+	"github.com/postern-dev/postern/internal/testhosts"
+	"github.com/postern-dev/postern/records"
+)
+
+// fleetLab is several remote machines, each a test host running its own
+// OpenSSH sshd, added to one controller and measured, and one machine added
+// but never measured ("never", an alias of m1's address).
+type fleetLab struct {
+	C     *controller
+	Hosts map[string]*sshHost
+	Names []string
+}
+
+func newFleetLab(t *testing.T, n int) *fleetLab {
+	t.Helper()
+	lab := testhosts.NewTestLab(t, "fleet")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := &fleetLab{C: newController(t), Hosts: map[string]*sshHost{}}
+	var cfg strings.Builder
+	for i := 1; i <= n; i++ {
+		name := fmt.Sprintf("m%d", i)
+		h, err := lab.Host(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := startSSHD(t, h, h.Addr, f.C.Pub)
+		f.Hosts[name] = s
+		f.Names = append(f.Names, name)
+		fmt.Fprintf(&cfg, "Host %s-alias\n  HostName %s\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n  IdentitiesOnly yes\n", name, h.Addr)
+		f.C.trust(t, h.Addr.String(), s.HostPub)
+	}
+	fmt.Fprintf(&cfg, "Host never-alias\n  HostName %s\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n  IdentitiesOnly yes\n", f.Hosts["m1"].Addr)
+	f.C.writeSSH(t, "config", cfg.String())
+	for _, name := range f.Names {
+		f.C.mustPostern(t, "machine", "add", name, "--ssh", name+"-alias")
+		f.C.mustPostern(t, "machine", "probe-confinement", name)
+	}
+	f.C.mustPostern(t, "machine", "add", "never", "--ssh", "never-alias")
+	return f
+}
+
+// tasksFile writes a tasks file.
+func tasksFile(t *testing.T, src string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "tasks.hcl")
+	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// dispatchRecord reads a dispatch's record through 'dispatches show --json'.
+func dispatchRecord(t *testing.T, c *controller, id string) *fleet.Record {
+	t.Helper()
+	out := c.mustPostern(t, "dispatches", "show", "--json", id)
+	var v struct {
+		ID     string        `json:"id"`
+		State  string        `json:"state"`
+		Record *fleet.Record `json:"record"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("dispatches show --json: %v: %s", err, out)
+	}
+	if v.Record == nil {
+		t.Fatalf("dispatch %s has no record: %s", id, out)
+	}
+	return v.Record
+}
+
+// dispatchRuns reads the runs of a dispatch through 'runs list --dispatch'.
+func dispatchRuns(t *testing.T, c *controller, id string) []records.Run {
+	t.Helper()
+	out := c.mustPostern(t, "runs", "list", "--json", "--dispatch", id)
+	var rs []records.Run
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("runs list --json --dispatch: %v: %s", err, out)
+	}
+	return rs
+}
+
+// dispatchID is the id the first line of plain output names.
+func dispatchID(t *testing.T, out string) string {
+	t.Helper()
+	m := regexp.MustCompile(`dispatch (\d{8}-\d{6}-[0-9a-f]{6}) running`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no dispatch id in the output:\n%s", out)
+	}
+	return m[1]
+}
+
+// maxOverlap is the most runs of rs on machine at once, by their records'
+// start and end times.
+func maxOverlap(rs []records.Run, machine string) int {
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, r := range rs {
+		if r.Machine != machine {
+			continue
+		}
+		edges = append(edges, edge{r.StartedAt, 1}, edge{r.EndedAt, -1})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at.Equal(edges[j].at) {
+			return edges[i].delta < edges[j].delta // an end before a start at the same instant
+		}
+		return edges[i].at.Before(edges[j].at)
+	})
+	n, most := 0, 0
+	for _, e := range edges {
+		n += e.delta
+		most = max(most, n)
+	}
+	return most
+}
+
+// TestDispatchFleet dispatches tasks files over three remote machines, each a
+// real OpenSSH sshd on a test host, through the built binary.
+func TestDispatchFleet(t *testing.T) {
+	f := newFleetLab(t, 3)
+	c := f.C
+	c.mustPostern(t, "machine", "label", "m2", "gpu=a100")
+	c.mustPostern(t, "machine", "label", "m3", "--per-machine", "1")
+
+	// Placement only where the records can wall the lane and the labels
+	// meet the needs; per_machine (the file's 2, m3's own 1) never
+	// exceeded; the queue drains; a failing task fails the dispatch and is
+	// named; a task no machine of its pool can wall is refused with the
+	// marker, and nothing starts for it.
+	t.Run("PlacementSlotsAndFailure", func(t *testing.T) {
+		var src strings.Builder
+		src.WriteString("machines = [\"m1\", \"m2\", \"m3\", \"never\"]\nper_machine = 2\n")
+		for i := 1; i <= 12; i++ {
+			fmt.Fprintf(&src, "task \"t%02d\" {\n  command = [\"sh\", \"-c\", \"sleep 0.4; echo out-t%02d; echo err-t%02d >&2\"]\n}\n", i, i, i)
+		}
+		src.WriteString("task \"gpu\" {\n  command = [\"sh\", \"-c\", \"echo gpu\"]\n  needs = [\"gpu\"]\n}\n")
+		src.WriteString("task \"bad\" {\n  command = [\"sh\", \"-c\", \"exit 7\"]\n}\n")
+		src.WriteString("task \"nowhere\" {\n  command = [\"true\"]\n  machines = [\"never\"]\n}\n")
+		stdout, stderr, code := c.postern(t, "dispatch", tasksFile(t, src.String()))
+		if code != 1 {
+			t.Fatalf("dispatch: exit %d, want 1 (a task failed)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		if !regexp.MustCompile(`(?m)^bad\s+m\d\s+failed\s+7\s`).MatchString(stdout) {
+			t.Fatalf("the summary does not name the failing task with its exit:\n%s", stdout)
+		}
+		if !strings.Contains(stdout, "nowhere refused: "+"EGRESS-CLOSED-DEFAULT-REFUSED") {
+			t.Fatalf("the task no machine can wall is not refused with the marker:\n%s", stdout)
+		}
+		id := dispatchID(t, stdout)
+		rec := dispatchRecord(t, c, id)
+		rs := dispatchRuns(t, c, id)
+		if len(rs) != 14 {
+			t.Fatalf("%d runs recorded for the dispatch, want 14 (12 + gpu + bad; nothing for the refused one): %+v", len(rs), rs)
+		}
+		byTask := map[string]records.Run{}
+		used := map[string]int{}
+		for _, r := range rs {
+			if r.Dispatch != id || r.Task == "" {
+				t.Fatalf("run %s does not name its dispatch and task: %+v", r.ID, r)
+			}
+			if r.Machine == "never" || r.Machine == "local" {
+				t.Fatalf("run %s (task %s) placed on %s, which was never measured / not in the pool", r.ID, r.Task, r.Machine)
+			}
+			if r.Carry != "network-wall" {
+				t.Fatalf("run %s on %s carried by %q, want network-wall", r.ID, r.Machine, r.Carry)
+			}
+			byTask[r.Task] = r
+			used[r.Machine]++
+		}
+		if byTask["gpu"].Machine != "m2" {
+			t.Fatalf("the gpu task ran on %s; only m2 has the gpu label", byTask["gpu"].Machine)
+		}
+		for _, m := range f.Names {
+			limit := 2
+			if m == "m3" {
+				limit = 1
+			}
+			if n := maxOverlap(rs, m); n > limit || used[m] == 0 {
+				t.Fatalf("machine %s: %d runs at once (limit %d), %d runs in all", m, n, limit, used[m])
+			}
+		}
+		for _, tr := range rec.Tasks {
+			want := fleet.Exited
+			switch tr.Name {
+			case "bad":
+				want = fleet.Failed
+			case "nowhere":
+				want = fleet.Refused
+			}
+			if tr.State != want {
+				t.Fatalf("task %s ended %s, want %s (%s)", tr.Name, tr.State, want, tr.Why)
+			}
+		}
+		if rec.Summary == nil || rec.Summary.ExitCode != 1 || rec.Summary.Exited != 13 {
+			t.Fatalf("summary: %+v", rec.Summary)
+		}
+		// The output of a run is kept, byte for byte, stream by stream.
+		r := byTask["t07"]
+		lo, le, lc := c.postern(t, "runs", "logs", r.ID)
+		if lc != 0 || lo != "out-t07\n" || le != "err-t07\n" {
+			t.Fatalf("runs logs %s: exit %d, stdout %q, stderr %q; want out-t07 and err-t07", r.ID, lc, lo, le)
+		}
+	})
+
+	// 100 short tasks over the three machines at per_machine 4 (m3 at its
+	// own 1): every one exits 0, on every machine, within its slots.
+	t.Run("HundredTasks", func(t *testing.T) {
+		c.mustPostern(t, "machine", "label", "m3", "--per-machine", "0")
+		var src strings.Builder
+		src.WriteString("machines = [\"m1\", \"m2\", \"m3\"]\nper_machine = 4\n")
+		for i := 0; i < 100; i++ {
+			fmt.Fprintf(&src, "task \"n%03d\" {\n  command = [\"true\"]\n}\n", i)
+		}
+		t0 := time.Now()
+		stdout, stderr, code := c.postern(t, "dispatch", tasksFile(t, src.String()))
+		took := time.Since(t0)
+		if code != 0 {
+			t.Fatalf("dispatch of 100: exit %d\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
+		}
+		id := dispatchID(t, stdout)
+		rs := dispatchRuns(t, c, id)
+		if len(rs) != 100 {
+			t.Fatalf("%d runs, want 100", len(rs))
+		}
+		for _, r := range rs {
+			if r.State != records.StateExited || r.ExitCode == nil || *r.ExitCode != 0 {
+				t.Fatalf("run %s (task %s): %s %v: %s", r.ID, r.Task, r.State, r.ExitCode, r.Why)
+			}
+		}
+		for _, m := range f.Names {
+			if n := maxOverlap(rs, m); n > 4 || n == 0 {
+				t.Fatalf("machine %s: %d runs at once, want 1 to 4", m, n)
+			}
+		}
+		t.Logf("100 tasks over 3 machines at per_machine 4: %s", took.Round(time.Millisecond))
+	})
+
+	// --detach returns the id at once; the background process outlives the
+	// command; wait follows it to its end and exits as it does.
+	t.Run("DetachWait", func(t *testing.T) {
+		src := "machines = [\"m1\", \"m2\"]\n" +
+			"task \"one\" {\n  command = [\"sh\", \"-c\", \"sleep 1; echo detached-one\"]\n}\n" +
+			"task \"two\" {\n  command = [\"sh\", \"-c\", \"sleep 1; echo detached-two\"]\n}\n"
+		t0 := time.Now()
+		out := c.mustPostern(t, "dispatch", "--detach", tasksFile(t, src))
+		if took := time.Since(t0); took > 900*time.Millisecond {
+			t.Fatalf("--detach took %s: it must not wait for the tasks", took)
+		}
+		id := strings.TrimSpace(out)
+		if !regexp.MustCompile(`^\d{8}-\d{6}-[0-9a-f]{6}$`).MatchString(id) {
+			t.Fatalf("--detach printed %q, want the dispatch's id", out)
+		}
+		list := c.mustPostern(t, "dispatches", "list")
+		if !regexp.MustCompile(regexp.QuoteMeta(id) + `\s+running`).MatchString(list) {
+			t.Fatalf("dispatches list right after --detach does not show it running:\n%s", list)
+		}
+		wo, we, wc := c.postern(t, "dispatches", "wait", id)
+		if wc != 0 || !regexp.MustCompile(`(?m)^one\s+m\d\s+exited\s+0`).MatchString(wo) || !regexp.MustCompile(`(?m)^two\s+m\d\s+exited\s+0`).MatchString(wo) {
+			t.Fatalf("dispatches wait: exit %d\n%s\n%s", wc, wo, we)
+		}
+		rs := dispatchRuns(t, c, id)
+		if len(rs) != 2 {
+			t.Fatalf("%d runs, want 2", len(rs))
+		}
+		for _, r := range rs {
+			lo := c.mustPostern(t, "runs", "logs", "--follow", r.ID)
+			if lo != "detached-"+r.Task+"\n" {
+				t.Fatalf("runs logs %s (task %s): %q", r.ID, r.Task, lo)
+			}
+		}
+	})
+
+	// Ctrl-C: SIGINT to postern stops every running task on its machine
+	// within 5 s, leaving no process of the runs, no namespace of their
+	// walls and no agent on the remotes; queued tasks never start; exit 130.
+	t.Run("Interrupt", func(t *testing.T) {
+		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+		var src strings.Builder
+		src.WriteString("machines = [\"m1\", \"m2\", \"m3\"]\nper_machine = 2\n")
+		for i := 0; i < 8; i++ {
+			fmt.Fprintf(&src, "task \"s%d\" {\n  command = [\"sh\", \"-c\", \"trap '' TERM; sleep 300.%s; echo NOT-STOPPED\"]\n}\n", i, marker)
+		}
+		cmd := exec.Command(posternBin, "dispatch", tasksFile(t, src.String()))
+		cmd.Env = c.env()
+		var stdout, stderr lockedLog
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan struct{})
+		go func() { cmd.Wait(); close(waited) }()
+		defer func() {
+			select {
+			case <-waited:
+			default:
+				cmd.Process.Kill()
+				<-waited
+			}
+		}()
+		pattern := "^sleep 300." + marker + "$"
+		var pids []int
+		waitUntil(t, 30*time.Second, "six runs to start", func() bool { pids = pgrepPids(t, pattern); return len(pids) == 6 })
+		var namespaces []string
+		for _, pid := range pids {
+			namespaces = append(namespaces, runNamespaces(t, pid, os.Getpid())...)
+		}
+		if !slices.ContainsFunc(namespaces, func(n string) bool { return strings.HasPrefix(n, "net:") }) {
+			t.Fatalf("the runs are in no network namespace of their own: no wall?")
+		}
+		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now()
+		agents := func() []int {
+			var all []int
+			for _, h := range f.Hosts {
+				all = append(all, pgrepPids(t, regexp.QuoteMeta(h.Home)+".*__agent serve")...)
+			}
+			return all
+		}
+		for len(pgrepPids(t, pattern)) > 0 || len(nsHolders(namespaces)) > 0 || len(agents()) > 0 {
+			if time.Since(at) > 5*time.Second {
+				out, _ := exec.Command("ps", "-eo", "pid,ppid,stat,etime,args").Output()
+				t.Fatalf("5s after SIGINT: runs %v, namespaces held %v, agents %v\n%s", pgrepPids(t, pattern), nsHolders(namespaces), agents(), out)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("everything on the remotes stopped %s after SIGINT", time.Since(at).Round(time.Millisecond))
+		select {
+		case <-waited:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("postern still runs 10s after SIGINT:\n%s\n%s", stdout.String(), stderr.String())
+		}
+		if code := cmd.ProcessState.ExitCode(); code != exitCancelled {
+			t.Fatalf("exit %d after SIGINT, want 130\n%s\n%s", code, stdout.String(), stderr.String())
+		}
+		id := dispatchID(t, stdout.String())
+		rs := dispatchRuns(t, c, id)
+		if len(rs) != 6 {
+			t.Fatalf("%d runs started, want the 6 that had slots (the queued 2 never start)", len(rs))
+		}
+		for _, r := range rs {
+			if r.State != records.StateCancelled {
+				t.Fatalf("run %s (task %s) recorded %s, want cancelled: %s", r.ID, r.Task, r.State, r.Why)
+			}
+			if lo, _, _ := c.postern(t, "runs", "logs", r.ID); strings.Contains(lo, "NOT-STOPPED") {
+				t.Fatalf("run %s went on after its stop: %q", r.ID, lo)
+			}
+		}
+		rec := dispatchRecord(t, c, id)
+		if rec.State != fleet.Cancelled || rec.Summary == nil || rec.Summary.Cancelled != 8 {
+			t.Fatalf("dispatch record after SIGINT: state %s, summary %+v", rec.State, rec.Summary)
+		}
+	})
+
+	// A machine killed mid-run (its sshd and every session of it): its
+	// runs are lost, it is taken out of the dispatch, and their tasks are
+	// placed again on the others, where they finish.
+	t.Run("MachineLost", func(t *testing.T) {
+		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+		var src strings.Builder
+		src.WriteString("machines = [\"m1\", \"m2\", \"m3\"]\nper_machine = 2\nretries = 1\n")
+		for i := 0; i < 6; i++ {
+			fmt.Fprintf(&src, "task \"l%d\" {\n  command = [\"sh\", \"-c\", \"sleep 4.%s; echo finished-l%d\"]\n}\n", i, marker, i)
+		}
+		cmd := exec.Command(posternBin, "dispatch", "--json", tasksFile(t, src.String()))
+		cmd.Env = c.env()
+		pr, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr lockedLog
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		changes := make(chan fleet.Change, 256)
+		go func() {
+			defer close(changes)
+			sc := bufio.NewScanner(pr)
+			for sc.Scan() {
+				var ch fleet.Change
+				if json.Unmarshal(sc.Bytes(), &ch) == nil {
+					changes <- ch
+				}
+			}
+		}()
+		running := map[string]string{} // task -> machine
+		var id string
+		deadline := time.After(30 * time.Second)
+		onM1 := 0
+		for onM1 < 2 {
+			select {
+			case ch, ok := <-changes:
+				if !ok {
+					t.Fatalf("the dispatch ended before its runs started on m1: %s", stderr.String())
+				}
+				id = ch.Dispatch
+				if ch.Event == fleet.EventTask && ch.State == fleet.Running {
+					running[ch.Task] = ch.Machine
+					if ch.Machine == "m1" {
+						onM1++
+					}
+				}
+			case <-deadline:
+				t.Fatalf("two runs did not start on m1 within 30s: %v", running)
+			}
+		}
+		for _, pid := range sshdTree(f.Hosts["m1"].cmd.Process.Pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		var all []fleet.Change
+		for ch := range changes {
+			all = append(all, ch)
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("dispatch after m1 was killed: %v, want exit 0 (the lost tasks finish elsewhere)\n%s", err, stderr.String())
+		}
+		lostOnM1, placedAgain := 0, 0
+		for _, ch := range all {
+			if ch.Event == fleet.EventTask && ch.State == fleet.Lost && ch.Machine == "m1" {
+				lostOnM1++
+			}
+			if ch.PlacedAgain {
+				placedAgain++
+			}
+		}
+		if lostOnM1 < 2 || placedAgain < 2 {
+			t.Fatalf("after m1 was killed: %d runs lost on m1, %d placed again; want at least 2 each", lostOnM1, placedAgain)
+		}
+		rec := dispatchRecord(t, c, id)
+		for _, m := range rec.Machines {
+			if m.Name == "m1" && m.State != fleet.Unreachable {
+				t.Fatalf("m1 is %s in the record, want unreachable", m.State)
+			}
+		}
+		for _, tr := range rec.Tasks {
+			last := tr.Attempts[len(tr.Attempts)-1]
+			if tr.State != fleet.Exited || last.Machine == "m1" {
+				t.Fatalf("task %s: %s on %s (%s)", tr.Name, tr.State, last.Machine, tr.Why)
+			}
+			if lo := c.mustPostern(t, "runs", "logs", last.RunID); lo != "finished-"+tr.Name+"\n" {
+				t.Fatalf("task %s's last run %s wrote %q", tr.Name, last.RunID, lo)
+			}
+		}
+		rs := dispatchRuns(t, c, id)
+		lost := 0
+		for _, r := range rs {
+			if r.Machine == "m1" && r.State == records.StateLost {
+				lost++
+			}
+		}
+		if lost < 2 {
+			t.Fatalf("%d runs on m1 recorded lost, want at least 2", lost)
+		}
+	})
+}
