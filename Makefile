@@ -61,13 +61,16 @@ fuzz:
 # exists; elsewhere the one apt-get line is printed and the rows without their tool
 # are reported as not measured. sandbox-runtime is installed with npm into the user
 # cache on first use (-no-srt leaves it out). Then the fleet's own cost with runs
-# that cost nothing: overhead per task and slots in use, 100 tasks on 3 machines.
+# that cost nothing: overhead per task and slots in use, 100 tasks on 3 machines;
+# and the real thing: 100 tasks of true over 3 sshd test machines, against xargs -P
+# of 'postern run' and GNU parallel --sshlogin (installed with apt-get when missing).
 bench: build
 	$(GO) run ./internal/benchmark/cmd/postern-wallbench -postern $(BIN)/postern
 	$(GO) run ./internal/benchmark/cmd/postern-bench -postern $(BIN)/postern -quick
 	$(GO) run ./internal/benchmark/cmd/postern-inspectbench -postern $(BIN)/postern -quick
 	$(GO) run ./internal/benchmark/cmd/postern-gatewaybench -postern $(BIN)/postern -quick
 	$(GO) test -run '^$$' -bench BenchmarkDispatch -benchtime 20x ./dispatch/fleet
+	$(GO) test -run '^$$' -bench BenchmarkFleetDispatch -benchtime 3x -timeout 30m ./cmd/postern
 
 demo: build
 	$(GO) run ./examples/demo -postern $(BIN)/postern

@@ -33,7 +33,7 @@ type fleetLab struct {
 	Names []string
 }
 
-func newFleetLab(t *testing.T, n int) *fleetLab {
+func newFleetLab(t testing.TB, n int) *fleetLab {
 	t.Helper()
 	lab := testhosts.NewTestLab(t, "fleet")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -63,7 +63,7 @@ func newFleetLab(t *testing.T, n int) *fleetLab {
 }
 
 // tasksFile writes a tasks file.
-func tasksFile(t *testing.T, src string) string {
+func tasksFile(t testing.TB, src string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "tasks.hcl")
 	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
@@ -73,7 +73,7 @@ func tasksFile(t *testing.T, src string) string {
 }
 
 // dispatchRecord reads a dispatch's record through 'dispatches show --json'.
-func dispatchRecord(t *testing.T, c *controller, id string) *fleet.Record {
+func dispatchRecord(t testing.TB, c *controller, id string) *fleet.Record {
 	t.Helper()
 	out := c.mustPostern(t, "dispatches", "show", "--json", id)
 	var v struct {
@@ -91,7 +91,7 @@ func dispatchRecord(t *testing.T, c *controller, id string) *fleet.Record {
 }
 
 // dispatchRuns reads the runs of a dispatch through 'runs list --dispatch'.
-func dispatchRuns(t *testing.T, c *controller, id string) []records.Run {
+func dispatchRuns(t testing.TB, c *controller, id string) []records.Run {
 	t.Helper()
 	out := c.mustPostern(t, "runs", "list", "--json", "--dispatch", id)
 	var rs []records.Run
@@ -102,7 +102,7 @@ func dispatchRuns(t *testing.T, c *controller, id string) []records.Run {
 }
 
 // dispatchID is the id the first line of plain output names.
-func dispatchID(t *testing.T, out string) string {
+func dispatchID(t testing.TB, out string) string {
 	t.Helper()
 	m := regexp.MustCompile(`dispatch (\d{8}-\d{6}-[0-9a-f]{6}) running`).FindStringSubmatch(out)
 	if m == nil {

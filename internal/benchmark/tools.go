@@ -31,6 +31,8 @@ var (
 	// sandbox-runtime itself needs these on Linux.
 	ToolRipgrep = Tool{"rg", "ripgrep", "the sandbox-runtime start-up row (it runs ripgrep)"}
 	ToolSocat   = Tool{"socat", "socat", "the sandbox-runtime start-up row (it runs socat)"}
+	// ToolParallel is GNU parallel, which the fleet dispatch is compared with.
+	ToolParallel = Tool{"parallel", "parallel", "the GNU parallel --sshlogin row of the fleet dispatch"}
 )
 
 // toolPlan is what to do about missing tools: install the packages, or tell
