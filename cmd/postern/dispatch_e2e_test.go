@@ -145,7 +145,13 @@ func TestDispatchFleet(t *testing.T) {
 	f := newFleetLab(t, 3)
 	c := f.C
 	c.mustPostern(t, "machine", "label", "m2", "gpu=a100")
-	c.mustPostern(t, "machine", "label", "m3", "--per-machine", "1")
+	c.mustPostern(t, "machine", "label", "m3", "--per-machine", "1", "gpu", "gpu-")
+	if _, e, code := c.postern(t, "machine", "label", "m1", "bad key=1"); code != 2 || !strings.Contains(e, "key=value") {
+		t.Fatalf("machine label with a bad key: exit %d, %s", code, e)
+	}
+	if _, e, code := c.postern(t, "machine", "label", "nosuch", "gpu"); code != 2 || !strings.Contains(e, "machine add nosuch") {
+		t.Fatalf("machine label of an unknown machine: exit %d, %s", code, e)
+	}
 
 	// Placement only where the records can wall the lane and the labels
 	// meet the needs; per_machine (the file's 2, m3's own 1) never
@@ -161,6 +167,9 @@ func TestDispatchFleet(t *testing.T) {
 		src.WriteString("task \"gpu\" {\n  command = [\"sh\", \"-c\", \"echo gpu\"]\n  needs = [\"gpu\"]\n}\n")
 		src.WriteString("task \"bad\" {\n  command = [\"sh\", \"-c\", \"exit 7\"]\n}\n")
 		src.WriteString("task \"nowhere\" {\n  command = [\"true\"]\n  machines = [\"never\"]\n}\n")
+		// network = "none": the run's namespace has only lo, and the
+		// machine's own sshd, one hop away, cannot be reached from it.
+		fmt.Fprintf(&src, "task \"offline\" {\n  command = [\"sh\", \"-c\", \"tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; curl -sS --max-time 3 -o /dev/null http://%s:22/ && echo REACHED || echo unreachable\"]\n  network = \"none\"\n}\n", f.Hosts["m1"].Addr)
 		stdout, stderr, code := c.postern(t, "dispatch", tasksFile(t, src.String()))
 		if code != 1 {
 			t.Fatalf("dispatch: exit %d, want 1 (a task failed)\nstdout:\n%s\nstderr:\n%s", code, stdout, stderr)
@@ -174,8 +183,8 @@ func TestDispatchFleet(t *testing.T) {
 		id := dispatchID(t, stdout)
 		rec := dispatchRecord(t, c, id)
 		rs := dispatchRuns(t, c, id)
-		if len(rs) != 14 {
-			t.Fatalf("%d runs recorded for the dispatch, want 14 (12 + gpu + bad; nothing for the refused one): %+v", len(rs), rs)
+		if len(rs) != 15 {
+			t.Fatalf("%d runs recorded for the dispatch, want 15 (12 + gpu + bad + offline; nothing for the refused one): %+v", len(rs), rs)
 		}
 		byTask := map[string]records.Run{}
 		used := map[string]int{}
@@ -216,8 +225,13 @@ func TestDispatchFleet(t *testing.T) {
 				t.Fatalf("task %s ended %s, want %s (%s)", tr.Name, tr.State, want, tr.Why)
 			}
 		}
-		if rec.Summary == nil || rec.Summary.ExitCode != 1 || rec.Summary.Exited != 13 {
+		if rec.Summary == nil || rec.Summary.ExitCode != 1 || rec.Summary.Exited != 14 {
 			t.Fatalf("summary: %+v", rec.Summary)
+		}
+		off := byTask["offline"]
+		oo, oe, _ := c.postern(t, "runs", "logs", off.ID)
+		if off.Network != "none" || oo != "lo\nunreachable\n" || !strings.Contains(oe, "curl") {
+			t.Fatalf("the offline task's run (network %q) wrote %q on stdout and %q on stderr; want only lo, and curl failing", off.Network, oo, oe)
 		}
 		// The output of a run is kept, byte for byte, stream by stream.
 		r := byTask["t07"]
