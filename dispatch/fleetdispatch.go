@@ -73,7 +73,7 @@ func Dispatch(ctx context.Context, store *records.Store, fs FleetSpec) (*fleet.R
 	saver := newDispatchSaver(store, d, fs.Base.Logger)
 	defer saver.close()
 
-	runner := &FleetRunner{Store: store, Base: fs.Base, Dir: fs.Dir, Prepare: fs.Prepare}
+	runner := &FleetRunner{Store: store, Base: fs.Base, Dir: fs.Dir, Prepare: fs.Prepare, InWorkTree: fs.Dir != "" && InWorkTree(ctx, fs.Dir)}
 	rec, err := fleet.Run(ctx, fleet.Config{
 		ID: id, File: fs.File, Machines: machines, Max: fs.Max, Runner: runner, Logger: fs.Base.Logger,
 		OnChange: func(c fleet.Change, r *fleet.Record) {

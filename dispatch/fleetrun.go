@@ -35,9 +35,10 @@ type FleetRunner struct {
 	// Dir is where the dispatch was started: a local task's dir is taken
 	// from it.
 	Dir string
-	// Prepare, if set, may change an attempt's spec before it runs (its
-	// workspace, once a dispatch started in a git work tree gives each task
-	// a copy of its own).
+	// InWorkTree is a dispatch started inside a git work tree: each attempt
+	// gets a workspace of its own (see fleetworkspace.go).
+	InWorkTree bool
+	// Prepare, if set, may change an attempt's spec before it runs.
 	Prepare func(*Spec, fleet.Attempt)
 	// OnRun, if set, sees each attempt's run record once it has ended.
 	OnRun func(fleet.Attempt, *records.Run)
@@ -147,7 +148,7 @@ func (r *FleetRunner) run(ctx context.Context, a fleet.Attempt, report func(flee
 	case runErr != nil:
 		ev.Kind, ev.Err = fleet.RunFailed, runErr
 	case run.ExitCode != nil:
-		ev.Kind, ev.Code = fleet.RunExited, *run.ExitCode
+		ev.Kind, ev.Code, ev.Branch = fleet.RunExited, *run.ExitCode, resultBranch(run)
 	default:
 		ev.Kind, ev.Err = fleet.RunFailed, errors.New("the run ended with no exit status")
 	}
@@ -197,6 +198,7 @@ func (r *FleetRunner) spec(a fleet.Attempt) Spec {
 			spec.Dir = filepath.Join(r.Dir, a.Task.Dir)
 		}
 	}
+	attemptWorkspace(&spec, r.InWorkTree)
 	if r.Prepare != nil {
 		r.Prepare(&spec, a)
 	}

@@ -274,6 +274,25 @@ func TestDispatchFleet(t *testing.T) {
 		t.Logf("100 tasks over 3 machines at per_machine 4: %s", took.Round(time.Millisecond))
 	})
 
+	// On a terminal: the live frame (slots in use, one line per task) drawn
+	// in place, a denial above it prefixed by its task's name as it
+	// happens, and the summary at the end.
+	t.Run("Terminal", func(t *testing.T) {
+		src := "machines = [\"m1\", \"m2\"]\n" +
+			"task \"curious\" {\n  command = [\"sh\", \"-c\", \"curl -sS --max-time 5 http://denied.test/ || true; sleep 1\"]\n}\n" +
+			"task \"quiet\" {\n  command = [\"sleep\", \"1\"]\n}\n"
+		p := c.startOnPTY(t, 30, 120, "dispatch", tasksFile(t, src))
+		p.waitFor(t, 30*time.Second, regexp.MustCompile(`slots \d/2 in use`))
+		p.waitFor(t, 30*time.Second, regexp.MustCompile(`curious: denied dns denied\.test`))
+		if code := p.exit(t, 60*time.Second); code != 0 {
+			t.Fatalf("dispatch on a terminal: exit %d\n%s", code, p.output())
+		}
+		out := p.output()
+		if !strings.Contains(out, "\x1b[") || !regexp.MustCompile(`(?m)^curious\s+m\d\s+exited\s+0\s.*\s[1-9]\d*\s*\r?$`).MatchString(out) {
+			t.Fatalf("no redrawn frame, or no summary with curious's denials:\n%q", out)
+		}
+	})
+
 	// --detach returns the id at once; the background process outlives the
 	// command; wait follows it to its end and exits as it does.
 	t.Run("DetachWait", func(t *testing.T) {
