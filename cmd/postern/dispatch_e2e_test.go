@@ -328,6 +328,48 @@ func TestDispatchFleet(t *testing.T) {
 		}
 	})
 
+	// A detached dispatch cancelled with 'dispatches cancel': --max 2 holds
+	// it to two runs at once over the three machines; the cancel stops them
+	// on their machines and the two queued never start; wait exits 130.
+	t.Run("DetachCancelMax", func(t *testing.T) {
+		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+		var src strings.Builder
+		src.WriteString("machines = [\"m1\", \"m2\", \"m3\"]\nper_machine = 2\n")
+		for i := 0; i < 4; i++ {
+			fmt.Fprintf(&src, "task \"c%d\" {\n  command = [\"sleep\", \"300.%s\"]\n}\n", i, marker)
+		}
+		id := strings.TrimSpace(c.mustPostern(t, "dispatch", "--detach", "--max", "2", tasksFile(t, src.String())))
+		pattern := "^sleep 300." + marker + "$"
+		waitUntil(t, 30*time.Second, "two runs to start", func() bool { return len(pgrepPids(t, pattern)) == 2 })
+		time.Sleep(500 * time.Millisecond)
+		if n := len(pgrepPids(t, pattern)); n != 2 {
+			t.Fatalf("%d runs at once under --max 2", n)
+		}
+		at := time.Now()
+		co, ce, cc := c.postern(t, "dispatches", "cancel", id)
+		if cc != 0 || !strings.Contains(co, "cancelled") {
+			t.Fatalf("dispatches cancel: exit %d\n%s\n%s", cc, co, ce)
+		}
+		if n := len(pgrepPids(t, pattern)); n != 0 {
+			t.Fatalf("%d runs still there once dispatches cancel returned (%s after it began)", n, time.Since(at))
+		}
+		if _, _, wc := c.postern(t, "dispatches", "wait", id); wc != exitCancelled {
+			t.Fatalf("dispatches wait after a cancel: exit %d, want 130", wc)
+		}
+		rs := dispatchRuns(t, c, id)
+		if len(rs) != 2 {
+			t.Fatalf("%d runs started, want 2", len(rs))
+		}
+		for _, r := range rs {
+			if r.State != records.StateCancelled {
+				t.Fatalf("run %s: %s, want cancelled", r.ID, r.State)
+			}
+		}
+		if _, ce, cc := c.postern(t, "dispatches", "cancel", id); cc == 0 || !strings.Contains(ce, "already ended") {
+			t.Fatalf("a second cancel: exit %d, %s", cc, ce)
+		}
+	})
+
 	// Ctrl-C: SIGINT to postern stops every running task on its machine
 	// within 5 s, leaving no process of the runs, no namespace of their
 	// walls and no agent on the remotes; queued tasks never start; exit 130.
