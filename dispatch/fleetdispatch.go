@@ -335,7 +335,7 @@ func LabelMachine(store *records.Store, name string, labels []string, perMachine
 		if !ok {
 			v = "yes"
 		}
-		if !labelRE.MatchString(k) || strings.ContainsAny(v, "\x00\n\r") {
+		if !labelRE().MatchString(k) || strings.ContainsAny(v, "\x00\n\r") {
 			return m, fmt.Errorf("label %q: write key=value, a bare key (key=yes), or key- to remove it; a key is letters, digits, '.', '_', '-' and '/'", l)
 		}
 		m.Labels[k] = v
@@ -355,4 +355,4 @@ func LabelMachine(store *records.Store, name string, labels []string, perMachine
 	return m, store.PutMachine(m)
 }
 
-var labelRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
+var labelRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`) })

@@ -28,9 +28,7 @@ type inventoryMachine struct {
 	Identity string            `hcl:"identity,optional"`
 	AgentDir string            `hcl:"agent_dir,optional"`
 	Labels   map[string]string `hcl:"labels,optional"`
-	// PerMachine is the machine's own slots for dispatches.
-	PerMachine int       `hcl:"per_machine,optional"`
-	Range      hcl.Range `hcl:",def_range"`
+	Range    hcl.Range         `hcl:",def_range"`
 }
 
 // InventoryError is an inventory that cannot be used; its message has
@@ -99,11 +97,7 @@ func ParseInventory(filename string, src []byte) ([]Machine, error) {
 			bad("bad ssh destination", err.Error()+`; write ssh = "alias" or ssh = "user@host:port"`)
 			continue
 		}
-		if im.PerMachine < 0 || im.PerMachine > 1024 {
-			bad(fmt.Sprintf("per_machine = %d is out of range", im.PerMachine), "write a number of runs at once from 1 to 1024, or leave it out to take the tasks file's")
-			continue
-		}
-		out = append(out, Machine{Name: im.Name, SSH: im.SSH, Identity: im.Identity, AgentDir: im.AgentDir, Labels: im.Labels, PerMachine: im.PerMachine})
+		out = append(out, Machine{Name: im.Name, SSH: im.SSH, Identity: im.Identity, AgentDir: im.AgentDir, Labels: im.Labels})
 	}
 	if len(errs) > 0 {
 		return nil, &InventoryError{errs}

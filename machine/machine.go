@@ -31,8 +31,9 @@ type Machine struct {
 	AgentDir string            `json:"agent_dir,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	AddedAt  time.Time         `json:"added_at,omitzero"`
-	// PerMachine is how many runs of a dispatch the machine takes at once;
-	// 0 leaves it to the tasks file.
+	// PerMachine is how many runs of a dispatch the machine takes at once
+	// ('postern machine label NAME --per-machine N'); 0 leaves it to the
+	// tasks file.
 	PerMachine int `json:"per_machine,omitempty"`
 }
 

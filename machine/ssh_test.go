@@ -201,8 +201,7 @@ machine "gpu1" {
   labels    = { gpu = "a100" }
 }
 machine "ci" {
-  ssh         = "runner@10.0.0.5:2222"
-  per_machine = 3
+  ssh = "runner@10.0.0.5:2222"
 }
 `))
 	if err != nil {
@@ -210,7 +209,7 @@ machine "ci" {
 	}
 	want := []Machine{
 		{Name: "gpu1", SSH: "gpu1", Identity: "~/.ssh/id_ed25519", AgentDir: "/opt/postern", Labels: map[string]string{"gpu": "a100"}},
-		{Name: "ci", SSH: "runner@10.0.0.5:2222", PerMachine: 3},
+		{Name: "ci", SSH: "runner@10.0.0.5:2222"},
 	}
 	if !reflect.DeepEqual(ms, want) {
 		t.Fatalf("ParseInventory = %+v", ms)
@@ -222,7 +221,6 @@ machine "ci" {
 		`machine "a" {}`:                                               `m.hcl:1:13: Missing required argument`,
 		"machine \"a\" { ssh = \"x\" }\nmachine \"a\" { ssh = \"y\" }": "m.hcl:2:1: machine declared twice",
 		"machine \"a\" {\n ssh = \"x\"\n rungs = {}\n}":                "m.hcl:3:2: Unsupported argument",
-		"machine \"a\" {\n ssh = \"x\"\n per_machine = -1\n}":          "m.hcl:1:1: per_machine = -1 is out of range",
 	} {
 		_, err := ParseInventory("m.hcl", []byte(src))
 		if err == nil || !strings.Contains(err.Error(), msg) {
@@ -234,7 +232,6 @@ machine "ci" {
 func FuzzParseInventory(f *testing.F) {
 	f.Add(`machine "a" { ssh = "x" }`)
 	f.Add(`machine "b" { ssh = "u@h:22" labels = { k = "v" } }`)
-	f.Add("machine \"c\" {\n ssh = \"c\"\n per_machine = 4\n}")
 	f.Fuzz(func(t *testing.T, src string) {
 		ms, err := ParseInventory("fuzz.hcl", []byte(src))
 		if err != nil {
@@ -246,9 +243,6 @@ func FuzzParseInventory(f *testing.F) {
 			}
 			if _, err := ParseDest(m.SSH); err != nil {
 				t.Fatalf("accepted ssh %q: %v", m.SSH, err)
-			}
-			if m.PerMachine < 0 || m.PerMachine > 1024 {
-				t.Fatalf("accepted per_machine %d", m.PerMachine)
 			}
 		}
 	})
