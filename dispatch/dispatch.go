@@ -49,6 +49,18 @@ type Spec struct {
 	// "" puts the run behind its door.
 	Network string
 
+	// ID names the run; "" makes a new one.
+	ID string
+	// RunEnv are variables set for the run wherever it goes, local or
+	// remote (a task's env); Env is the person's own environment.
+	RunEnv []string
+	// Dispatch and Task name the dispatch and task a run is an attempt of;
+	// they go into its record (see fleetrun.go).
+	Dispatch, Task string
+	// OnStarted, if set, is called once with the run's record when its
+	// command has started behind the wall on its machine.
+	OnStarted func(*records.Run)
+
 	Stdin          *os.File
 	Stdout, Stderr *os.File
 	// Signals are the signals the caller received; they are forwarded to the run
@@ -67,18 +79,6 @@ type Spec struct {
 	// Upstream, when set, joins a gateway: the run's door sends every
 	// connection on to it instead of judging it (see gateway.go).
 	Upstream *door.Upstream
-
-	// ID names the run; "" makes a new one.
-	ID string
-	// RunEnv are variables set for the run wherever it goes, local or
-	// remote (a task's env); Env is the person's own environment.
-	RunEnv []string
-	// Dispatch and Task name the dispatch and task a run is an attempt of;
-	// they go into its record (see fleetrun.go).
-	Dispatch, Task string
-	// OnStarted, if set, is called once with the run's record when its
-	// command has started behind the wall on its machine.
-	OnStarted func(*records.Run)
 }
 
 // NetworkNone is Spec.Network for a run with no network at all.

@@ -45,6 +45,10 @@ type Run struct {
 	// Why is why the run ended the way it did: the refusal, a failure, a signal.
 	Why      string `json:"why,omitempty"`
 	Landlock string `json:"landlock,omitempty"`
+	// Dispatch and Task name the dispatch and the task of the tasks file a
+	// run is an attempt of; "" for a run of its own (postern run).
+	Dispatch string `json:"dispatch,omitempty"`
+	Task     string `json:"task,omitempty"`
 	// Guarded names the files programs outside the wall obey that the run
 	// made, replaced or changed where the wall could not hold them
 	// read-only, each as a sentence ("PATH appeared during the run"): what
@@ -71,10 +75,6 @@ type Run struct {
 	Network string `json:"network,omitempty"`
 	// Seal says, for a policy with guardrails, whether their seal held.
 	Seal *Seal `json:"seal,omitempty"`
-	// Dispatch and Task name the dispatch and the task of the tasks file a
-	// run is an attempt of; "" for a run of its own (postern run).
-	Dispatch string `json:"dispatch,omitempty"`
-	Task     string `json:"task,omitempty"`
 }
 
 // Seal is whether a run's policy's guardrail seal held: the lane can seal
