@@ -191,6 +191,10 @@ func (r *FleetRunner) spec(a fleet.Attempt) Spec {
 	case fleet.NetworkOpen:
 		spec.EgressOpen = a.Task.Reason
 	}
+	if a.Task.Container != "" {
+		// A run with no network takes a container with none (Run sees to it).
+		spec.Container.Image = a.Task.Container
+	}
 	spec.Stdin = nil
 	if a.Machine.IsLocal() {
 		spec.Dir = r.Dir

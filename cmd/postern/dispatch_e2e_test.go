@@ -556,3 +556,63 @@ func TestDispatchFleet(t *testing.T) {
 		}
 	})
 }
+
+// Container tasks through the built (static) binary and podman: each runs in
+// a local container of the test's busybox image, walled by the container
+// bridge, or with no network at all for network = "none"; a container task
+// whose pool has no local machine is refused before anything starts.
+func TestDispatchContainerTasks(t *testing.T) {
+	ctrSetup(t)
+	home := ctrHomeCopy(t)
+	src := fmt.Sprintf(`per_machine = 2
+task "boxed" {
+  command   = ["sh", "-c", "test ! -e /usr/bin/curl && test -x /bin/busybox && echo in-image"]
+  container = %q
+}
+task "sealed" {
+  command   = ["cat", "/proc/net/dev"]
+  container = %q
+  network   = "none"
+}
+`, ctrImage, ctrImage)
+	r := ctrPostern(t, home, "dispatch", tasksFile(t, src))
+	if r.Code != 0 {
+		t.Fatalf("dispatch of container tasks: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
+	}
+	id := dispatchID(t, r.Stdout)
+	lr := ctrPostern(t, home, "runs", "list", "--json", "--dispatch", id)
+	var rs []records.Run
+	if err := json.Unmarshal([]byte(lr.Stdout), &rs); err != nil || len(rs) != 2 {
+		t.Fatalf("runs of the dispatch: %v: %s", err, lr.Stdout)
+	}
+	for _, run := range rs {
+		logs := ctrPostern(t, home, "runs", "logs", run.ID)
+		switch run.Task {
+		case "boxed":
+			if run.Lane != "local-container" || run.Carry != "container-bridge" || logs.Stdout != "in-image\n" {
+				t.Fatalf("boxed: lane %s carry %s, wrote %q (%s)", run.Lane, run.Carry, logs.Stdout, logs.Stderr)
+			}
+		case "sealed":
+			var ifaces []string
+			for _, l := range strings.Split(logs.Stdout, "\n") {
+				if name, _, ok := strings.Cut(l, ":"); ok && !strings.Contains(name, "|") {
+					ifaces = append(ifaces, strings.TrimSpace(name))
+				}
+			}
+			if run.Lane != "local-container" || run.Network != "none" || !slices.Equal(ifaces, []string{"lo"}) {
+				t.Fatalf("sealed: lane %s network %q, interfaces %v in %q", run.Lane, run.Network, ifaces, logs.Stdout)
+			}
+		default:
+			t.Fatalf("a run of no task of the file: %+v", run)
+		}
+	}
+
+	// Refused: a container task whose pool is a remote machine only.
+	if out := ctrPostern(t, home, "machine", "add", "far", "--ssh", "root@127.0.0.1:1"); out.Code != 0 {
+		t.Fatalf("machine add: %s", out.Stderr)
+	}
+	bad := ctrPostern(t, home, "dispatch", tasksFile(t, fmt.Sprintf("task \"away\" {\n  command = [\"true\"]\n  container = %q\n  machines = [\"far\"]\n}\n", ctrImage)))
+	if bad.Code != 1 || !strings.Contains(bad.Stdout, "away refused: EGRESS-CLOSED-DEFAULT-REFUSED") {
+		t.Fatalf("container task on a remote pool: exit %d\n%s\n%s", bad.Code, bad.Stdout, bad.Stderr)
+	}
+}

@@ -200,8 +200,8 @@ func newSched(id string, f *File, inventory []Machine, max int, now time.Time) (
 		}
 	}
 	type chosenKey struct {
-		machine    int
-		open, none bool
+		machine               int
+		open, none, container bool
 	}
 	chosen := map[chosenKey]struct {
 		carry carry.Carry
@@ -235,13 +235,25 @@ func newSched(id string, f *File, inventory []Machine, max int, now time.Time) (
 			case NetworkNone:
 				spec.NoNetwork = true
 			}
-			// One machine's walled tasks share its answer.
-			key := chosenKey{ms.idx, spec.EgressOpen != "", spec.NoNetwork}
-			ch, ok := chosen[key]
-			if !ok {
-				ch.carry, ch.err = carry.Choose(ms.m.Record, spec)
-				chosen[key] = ch
+			inContainer := t.Container != ""
+			if inContainer {
+				spec.Lane = machine.LaneLocalContainer
 			}
+			// One machine's walled tasks share its answer.
+			key := chosenKey{ms.idx, spec.EgressOpen != "", spec.NoNetwork, inContainer}
+			ch, ok := chosen[key]
+			switch {
+			case ok:
+			case inContainer && !ms.m.IsLocal():
+				ch.err = &carry.Refusal{Lane: spec.Lane, Machine: ms.m.Name, AtRunTime: "containers run only on the local machine",
+					Fix: "take the container out of the task, or give it machines = [\"local\"]"}
+			case inContainer && spec.NoNetwork:
+				// No network at all: the container has none, and needs no wall.
+				ch.carry = carry.None
+			default:
+				ch.carry, ch.err = carry.Choose(ms.m.Record, spec)
+			}
+			chosen[key] = ch
 			c, err := ch.carry, ch.err
 			if err != nil {
 				var ref *carry.Refusal

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/probe"
 )
 
@@ -102,8 +103,15 @@ func (m *sim) mayTake(task Task, name string) bool {
 	if pool != nil && !slices.ContainsFunc(pool, func(r MachineRef) bool { return r.Name == name }) {
 		return false
 	}
-	if task.Network != NetworkOpen {
-		for _, r := range carry.Needs(mach.Lane()) {
+	lane := mach.Lane()
+	if task.Container != "" {
+		if !mach.IsLocal() {
+			return false
+		}
+		lane = machine.LaneLocalContainer
+	}
+	if task.Network != NetworkOpen && !(task.Container != "" && task.Network == NetworkNone) {
+		for _, r := range carry.Needs(lane) {
 			if !mach.Record.Has(r) {
 				return false
 			}
@@ -135,7 +143,14 @@ func (m *sim) placeAndCheck() {
 		if m.dropped[name] {
 			t.Fatalf("%s: task %q placed on %s after it was lost", m.now.Sub(t0), a.Task.Name, name)
 		}
-		if a.Task.Network != NetworkOpen && a.Carry != carry.NetworkWall {
+		want := carry.NetworkWall
+		switch {
+		case a.Task.Container != "" && a.Task.Network == NetworkNone:
+			want = carry.None
+		case a.Task.Container != "":
+			want = carry.ContainerBridge
+		}
+		if a.Task.Network != NetworkOpen && a.Carry != want {
 			t.Fatalf("task %q placed with carry %q", a.Task.Name, a.Carry)
 		}
 		m.live[a.ID] = a
@@ -951,5 +966,43 @@ func TestHundredShortTasksOverThreeMachines(t *testing.T) {
 	}
 	if r.Summary.Exited != 100 || r.Summary.ExitCode != 0 {
 		t.Errorf("summary %+v", r.Summary)
+	}
+}
+
+// A container task goes only to the local machine, and only where its record
+// measured the container lane's rungs; with network = "none" it needs no
+// wall; a pool without local refuses it with the marker.
+func TestContainerTaskOnlyLocal(t *testing.T) {
+	local := Machine{Machine: machine.LocalMachine(), Record: linuxRecord("local", probe.RungContainer)}
+	f := mustParse(t, "task \"c\" {\n  command = [\"x\"]\n  container = \"busybox\"\n}\n"+
+		"task \"n\" {\n  command = [\"x\"]\n  container = \"busybox\"\n  network = \"none\"\n}\n"+
+		"task \"r\" {\n  command = [\"x\"]\n  container = \"busybox\"\n  machines = [\"far\"]\n}\n")
+	m := newSim(t, f, []Machine{walled("far"), local}, 0, nil)
+	r := m.run()
+	for _, a := range m.starts {
+		if a.Machine.Name != "local" {
+			t.Fatalf("container task %s placed on %s", a.Task.Name, a.Machine.Name)
+		}
+	}
+	byName := map[string]TaskRecord{}
+	for _, tr := range r.Tasks {
+		byName[tr.Name] = tr
+	}
+	if c := byName["c"]; c.State != Exited || c.Attempts[0].Carry != string(carry.ContainerBridge) {
+		t.Errorf("walled container task: %+v", c)
+	}
+	if n := byName["n"]; n.State != Exited || n.Attempts[0].Carry != string(carry.None) {
+		t.Errorf("container task with no network: %+v", n)
+	}
+	if rr := byName["r"]; rr.State != Refused || !strings.HasPrefix(rr.Why, carry.RefusedMarker) || !strings.Contains(rr.Why, "only on the local machine") {
+		t.Errorf("container task on a remote pool: %+v", rr)
+	}
+
+	// The local machine measured without the container rung takes none.
+	bare := Machine{Machine: machine.LocalMachine(), Record: linuxRecord("local")}
+	f = mustParse(t, "task \"c\" {\n  command = [\"x\"]\n  container = \"busybox\"\n}\n")
+	r = newSim(t, f, []Machine{bare}, 0, nil).run()
+	if r.Tasks[0].State != Refused || !strings.Contains(r.Tasks[0].Why, "local-container") {
+		t.Errorf("container task on a machine that did not measure containers: %+v", r.Tasks[0])
 	}
 }

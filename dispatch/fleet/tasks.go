@@ -82,6 +82,9 @@ type Task struct {
 	Dir string `json:"dir,omitempty"`
 	// Timeout stops a run that takes longer; 0 is no limit.
 	Timeout time.Duration `json:"timeout_ns,omitempty"`
+	// Container is the image of a local container the task runs in (lane
+	// local-container, as postern run --container); "" is none.
+	Container string `json:"container,omitempty"`
 	// Retries is how many times the task is placed again when its machine
 	// is lost.
 	Retries int `json:"retries"`
@@ -149,7 +152,7 @@ func Load(path string) (*File, error) {
 
 var (
 	fileAttrs    = []string{"policy", "machines", "per_machine", "retries", "max", "timeout", "env"}
-	taskAttrs    = []string{"command", "machines", "needs", "policy", "network", "reason", "env", "dir", "timeout", "retries"}
+	taskAttrs    = []string{"command", "machines", "needs", "policy", "network", "reason", "env", "dir", "timeout", "retries", "container"}
 	machineAttrs = []string{"per_machine"}
 	fileBlocks   = []string{"task", "machine"}
 )
@@ -191,6 +194,7 @@ var aliases = map[string]string{
 //	  dir      = "services/auth"          # where the command starts, inside the workspace
 //	  timeout  = "30m"
 //	  retries  = 0
+//	  container = "python:3.12"           # in a local container from this image
 //	}
 func Parse(filename string, src []byte) (*File, error) {
 	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
@@ -398,6 +402,13 @@ func (p *parser) task(blk *hclsyntax.Block, d defaults) (Task, bool) {
 			t.Timeout = p.duration(a)
 		case "retries":
 			t.Retries = p.intIn(a, 0, maxRetries, "1")
+		case "container":
+			if v, vok := p.str(a); vok {
+				t.Container = strings.TrimSpace(v)
+				if t.Container == "" || strings.ContainsAny(t.Container, " \t\n\x00") || strings.HasPrefix(t.Container, "-") {
+					p.errorf(a.Expr.Range(), fmt.Sprintf("bad container image %q", v), `write the image to run the task in, as in container = "docker.io/library/python:3.12"`)
+				}
+			}
 		default:
 			if slices.Contains(fileAttrs, a.Name) || a.Name == "per_machine" {
 				p.errorf(a.NameRange, fmt.Sprintf("%s belongs to the file or a machine, not a task", a.Name),

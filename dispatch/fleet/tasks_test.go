@@ -164,9 +164,9 @@ func TestParseErrors(t *testing.T) {
 			`t.hcl:2:6: task "a" declared twice; it is first declared at t.hcl:1:1; give each task a name of its own`},
 		{"misspelt attribute", `task "a" { comand = ["true"] }`,
 			"t.hcl:1:1: task \"a\" has no command; write the program and its arguments: command = [\"my-agent\", \"fix the failing auth test\"]\n" +
-				`t.hcl:1:12: unknown attribute "comand"; did you mean command? a task has only command, machines, needs, policy, network, reason, env, dir, timeout, retries`},
+				`t.hcl:1:12: unknown attribute "comand"; did you mean command? a task has only command, machines, needs, policy, network, reason, env, dir, timeout, retries, container`},
 		{"borrowed word", "task \"a\" {\n  command = [\"true\"]\n  cwd = \"src\"\n}",
-			`t.hcl:3:3: unknown attribute "cwd"; did you mean dir? a task has only command, machines, needs, policy, network, reason, env, dir, timeout, retries`},
+			`t.hcl:3:3: unknown attribute "cwd"; did you mean dir? a task has only command, machines, needs, policy, network, reason, env, dir, timeout, retries, container`},
 		{"file attribute in a task", "task \"a\" {\n  command = [\"true\"]\n  per_machine = 2\n}",
 			`t.hcl:3:3: per_machine belongs to the file or a machine, not a task; set per_machine and max at the top of the file, or a machine's own in machine "name" { per_machine = N }`},
 		{"task attribute at the top", "command = [\"true\"]\ntask \"a\" { command = [\"true\"] }",
@@ -179,7 +179,7 @@ func TestParseErrors(t *testing.T) {
   command = ["true"]
   env { A = "1" }
 }`,
-			`t.hcl:3:3: unexpected block "env" in task "a"; a task has only the attributes command, machines, needs, policy, network, reason, env, dir, timeout, retries; write for example env = { KEY = "value" }`},
+			`t.hcl:3:3: unexpected block "env" in task "a"; a task has only the attributes command, machines, needs, policy, network, reason, env, dir, timeout, retries, container; write for example env = { KEY = "value" }`},
 		{"per_machine zero", "per_machine = 0\ntask \"a\" { command = [\"true\"] }",
 			`t.hcl:1:15: per_machine out of range; write a whole number from 1 to 1024 without quotes, as in per_machine = 2`},
 		{"per_machine quoted", "per_machine = \"2\"\ntask \"a\" { command = [\"true\"] }",
@@ -358,6 +358,19 @@ func TestExampleTasksFile(t *testing.T) {
 		}
 		if _, err := policy.Load(task.Policy); err != nil {
 			t.Errorf("task %s: %v", task.Name, err)
+		}
+	}
+}
+
+func TestParseContainer(t *testing.T) {
+	f := mustParse(t, "task \"c\" {\n  command = [\"x\"]\n  container = \" busybox:1 \"\n}\n")
+	if f.Tasks[0].Container != "busybox:1" {
+		t.Fatalf("container = %q", f.Tasks[0].Container)
+	}
+	for _, bad := range []string{`""`, `"-v /:/host"`, `"a b"`, `["busybox"]`} {
+		_, err := Parse("t.hcl", []byte("task \"c\" {\n  command = [\"x\"]\n  container = "+bad+"\n}\n"))
+		if err == nil || !strings.Contains(err.Error(), "t.hcl:3:") {
+			t.Errorf("container = %s: %v, want an error at t.hcl:3", bad, err)
 		}
 	}
 }
