@@ -274,6 +274,24 @@ func TestDispatchFleet(t *testing.T) {
 		t.Logf("100 tasks over 3 machines at per_machine 4: %s", took.Round(time.Millisecond))
 	})
 
+	// Many slots on one machine: twelve runs start at once on one sshd
+	// (its MaxStartups the default, 10), and none is turned away.
+	t.Run("ManySlotsOneMachine", func(t *testing.T) {
+		var src strings.Builder
+		src.WriteString("machines = [\"m2\"]\nper_machine = 12\nretries = 0\n")
+		for i := 0; i < 36; i++ {
+			fmt.Fprintf(&src, "task \"o%02d\" {\n  command = [\"true\"]\n}\n", i)
+		}
+		stdout, stderr, code := c.postern(t, "dispatch", tasksFile(t, src.String()))
+		if code != 0 {
+			t.Fatalf("36 tasks at 12 slots on one machine: exit %d\n%s\n%s", code, stdout, stderr)
+		}
+		rs := dispatchRuns(t, c, dispatchID(t, stdout))
+		if n := maxOverlap(rs, "m2"); len(rs) != 36 || n > 12 || n < 2 {
+			t.Fatalf("%d runs, %d at once", len(rs), n)
+		}
+	})
+
 	// On a terminal: the live frame (slots in use, one line per task) drawn
 	// in place, a denial above it prefixed by its task's name as it
 	// happens, and the summary at the end.
