@@ -400,6 +400,7 @@ func TestDispatchFleet(t *testing.T) {
 		}
 		cmd := exec.Command(posternBin, "dispatch", tasksFile(t, src.String()))
 		cmd.Env = c.env()
+		cmd.Dir = c.Home // not in this source tree: a dispatch there would ship it
 		var stdout, stderr lockedLog
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
@@ -483,6 +484,7 @@ func TestDispatchFleet(t *testing.T) {
 		}
 		cmd := exec.Command(posternBin, "dispatch", "--json", tasksFile(t, src.String()))
 		cmd.Env = c.env()
+		cmd.Dir = c.Home // not in this source tree: a dispatch there would ship it
 		pr, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
