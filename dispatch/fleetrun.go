@@ -42,6 +42,9 @@ type FleetRunner struct {
 	Prepare func(*Spec, fleet.Attempt)
 	// OnRun, if set, sees each attempt's run record once it has ended.
 	OnRun func(fleet.Attempt, *records.Run)
+
+	mu    sync.Mutex
+	gates map[string]startGate
 }
 
 // Stop steps: a cancelled attempt's run is sent SIGTERM, then SIGKILL after
@@ -53,7 +56,45 @@ const (
 	fleetDropAfter = 3 * time.Second
 	// fleetFlushEvery is how often a run's output is written to the records.
 	fleetFlushEvery = 250 * time.Millisecond
+	// fleetStartsPerMachine bounds the runs of a dispatch starting at once on
+	// one machine (connecting, starting the agent, raising the wall): below
+	// the 10 unauthenticated connections an sshd takes at once by default
+	// (MaxStartups), past which it closes new ones.
+	fleetStartsPerMachine = 4
 )
+
+// fleetConnectRetries are the waits before a remote run whose machine
+// turned its connection away before the run began is tried again.
+var fleetConnectRetries = []time.Duration{200 * time.Millisecond, 600 * time.Millisecond}
+
+// startGate bounds the runs starting at once on one machine.
+type startGate chan struct{}
+
+func (g startGate) acquire(ctx context.Context) error {
+	select {
+	case g <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("cancelled before it started: %w", ctx.Err())
+	}
+}
+
+func (g startGate) release() { <-g }
+
+// gate is the start gate of a machine.
+func (r *FleetRunner) gate(name string) startGate {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.gates == nil {
+		r.gates = map[string]startGate{}
+	}
+	g, ok := r.gates[name]
+	if !ok {
+		g = make(startGate, fleetStartsPerMachine)
+		r.gates[name] = g
+	}
+	return g
+}
 
 // Start starts one attempt; see fleet.Runner.
 func (r *FleetRunner) Start(ctx context.Context, a fleet.Attempt, report func(fleet.RunEvent)) {
@@ -68,7 +109,10 @@ func (r *FleetRunner) run(ctx context.Context, a fleet.Attempt, report func(flee
 	}
 	spec.ID = newID()
 	var began atomic.Bool
+	gate := r.gate(a.Machine.Name)
+	var release func()
 	spec.OnStarted = func(run *records.Run) {
+		release()
 		if !began.Swap(true) {
 			report(fleet.RunEvent{Attempt: a.ID, Kind: fleet.RunStarted, RunID: run.ID})
 		}
@@ -124,7 +168,34 @@ func (r *FleetRunner) run(ctx context.Context, a fleet.Attempt, report func(flee
 		}
 	}()
 
-	run, runErr := Run(runCtx, r.Store, spec)
+	var (
+		run    *records.Run
+		runErr error
+	)
+	for try := 0; ; try++ {
+		if err := gate.acquire(ctx); err != nil {
+			runErr = err
+			break
+		}
+		release = sync.OnceFunc(gate.release)
+		run, runErr = Run(runCtx, r.Store, spec)
+		release()
+		// A machine that turned the connection away before the run began
+		// (an sshd busy with other connections closes some at once) is
+		// asked again, under the same run id, before it counts as lost.
+		var ref *carry.Refusal
+		var perr *PolicyError
+		again := runErr != nil && !began.Load() && !a.Machine.IsLocal() && ctx.Err() == nil &&
+			!errors.As(runErr, &ref) && !errors.As(runErr, &perr) && try < len(fleetConnectRetries)
+		if !again {
+			break
+		}
+		logger.Debug("machine did not take the run; asking again", "run", spec.ID, "machine", a.Machine.Name, "err", runErr)
+		select {
+		case <-ctx.Done():
+		case <-time.After(fleetConnectRetries[try]):
+		}
+	}
 	close(ended)
 	<-stopped
 	out.close()
