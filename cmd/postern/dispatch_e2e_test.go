@@ -575,6 +575,90 @@ func TestDispatchFleet(t *testing.T) {
 			t.Fatalf("%d runs on m1 recorded lost, want at least 2", lost)
 		}
 	})
+
+	// The agent gone (killed on the machine, its sshd left running): its
+	// runs are lost and stopped there, and their tasks finish elsewhere.
+	t.Run("AgentGone", func(t *testing.T) {
+		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+		var src strings.Builder
+		// m3's own per_machine (a label) is overridden by the file's block.
+		src.WriteString("machines = [\"m2\", \"m3\"]\nper_machine = 2\nretries = 1\nmachine \"m3\" {\n  per_machine = 2\n}\n")
+		for i := 0; i < 4; i++ {
+			fmt.Fprintf(&src, "task \"g%d\" {\n  command = [\"sh\", \"-c\", \"sleep 3.%s; echo finished-g%d\"]\n}\n", i, marker, i)
+		}
+		cmd := exec.Command(posternBin, "dispatch", tasksFile(t, src.String()))
+		cmd.Env = c.env()
+		cmd.Dir = c.Home
+		var stdout, stderr lockedLog
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waited := make(chan struct{})
+		go func() { cmd.Wait(); close(waited) }()
+		defer func() {
+			select {
+			case <-waited:
+			default:
+				cmd.Process.Kill()
+				<-waited
+			}
+		}()
+		pattern := "^sleep 3." + marker + "$"
+		for deadline := time.Now().Add(30 * time.Second); len(pgrepPids(t, pattern)) != 4; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("four runs did not start within 30s (%d did):\n%s\n%s", len(pgrepPids(t, pattern)), stdout.String(), stderr.String())
+			}
+		}
+		agents := pgrepPids(t, regexp.QuoteMeta(f.Hosts["m2"].Home)+".*__agent serve")
+		if len(agents) == 0 {
+			t.Fatal("no agent of m2's found")
+		}
+		// m2's runs, by the home its sessions have.
+		var onM2 []int
+		for _, pid := range pgrepPids(t, pattern) {
+			env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+			if slices.Contains(strings.Split(string(env), "\x00"), "HOME="+f.Hosts["m2"].Home) {
+				onM2 = append(onM2, pid)
+			}
+		}
+		if len(onM2) != 2 {
+			t.Fatalf("%d runs found with m2's home, want 2", len(onM2))
+		}
+		for _, pid := range agents {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		killed := time.Now()
+		for slices.ContainsFunc(onM2, alive) {
+			if time.Since(killed) > 5*time.Second {
+				t.Fatalf("m2's runs %v still there 5s after its agents were killed", onM2)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("m2's runs were gone %s after its agents were killed", time.Since(killed).Round(time.Millisecond))
+		select {
+		case <-waited:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the dispatch did not end:\n%s", stdout.String())
+		}
+		out := stdout.String()
+		if code := cmd.ProcessState.ExitCode(); code != 0 {
+			t.Fatalf("dispatch after m2's agents were killed: exit %d\n%s\n%s", code, out, stderr.String())
+		}
+		if !strings.Contains(out, "machine m2 unreachable") || !regexp.MustCompile(`g\d lost on m2`).MatchString(out) {
+			t.Fatalf("no run lost on m2, or m2 not taken out:\n%s", out)
+		}
+		rec := dispatchRecord(t, c, dispatchID(t, out))
+		for _, tr := range rec.Tasks {
+			last := tr.Attempts[len(tr.Attempts)-1]
+			if tr.State != fleet.Exited || last.Machine != "m3" {
+				t.Fatalf("task %s: %s, last on %s", tr.Name, tr.State, last.Machine)
+			}
+			if lo := c.mustPostern(t, "runs", "logs", last.RunID); lo != "finished-"+tr.Name+"\n" {
+				t.Fatalf("task %s's last run wrote %q", tr.Name, lo)
+			}
+		}
+	})
 }
 
 // Container tasks through the built (static) binary and podman: each runs in
