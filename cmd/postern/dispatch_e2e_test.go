@@ -330,6 +330,22 @@ func TestDispatchFleet(t *testing.T) {
 		if !regexp.MustCompile(regexp.QuoteMeta(id) + `\s+running`).MatchString(list) {
 			t.Fatalf("dispatches list right after --detach does not show it running:\n%s", list)
 		}
+		// The background process leads a session of its own: no terminal's
+		// hangup reaches it.
+		var d struct {
+			Pid      int  `json:"pid"`
+			Detached bool `json:"detached"`
+		}
+		if err := json.Unmarshal([]byte(c.mustPostern(t, "dispatches", "show", "--json", id)), &d); err != nil || !d.Detached || d.Pid == 0 {
+			t.Fatalf("the detached dispatch's record: %+v %v", d, err)
+		}
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(d.Pid) + "/stat")
+		if err != nil {
+			t.Fatalf("the background process %d, while its tasks run: %v", d.Pid, err)
+		}
+		if f := strings.Fields(string(stat)[strings.LastIndexByte(string(stat), ')')+1:]); len(f) < 4 || f[3] != strconv.Itoa(d.Pid) {
+			t.Fatalf("the background process %d is not a session leader: %s", d.Pid, stat)
+		}
 		wo, we, wc := c.postern(t, "dispatches", "wait", id)
 		if wc != 0 || !regexp.MustCompile(`(?m)^one\s+m\d\s+exited\s+0`).MatchString(wo) || !regexp.MustCompile(`(?m)^two\s+m\d\s+exited\s+0`).MatchString(wo) {
 			t.Fatalf("dispatches wait: exit %d\n%s\n%s", wc, wo, we)
