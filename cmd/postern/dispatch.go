@@ -80,9 +80,15 @@ leaves the work to a background process of its own: see 'postern dispatches'.`,
 			fs.File, fs.Policy, fs.Dir, fs.Detached = file, policyPath, wd, child
 			fs.Base.Env = os.Environ()
 			fs.Base.Remote.SSH.ConnectTimeout = connTimeout
-			fs.Base.Warn = io.Discard
 			fs.Base.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			show, closeShow := dispatchOutput(os.Stdout, asJSON)
+			show, closeShow, live := dispatchOutput(os.Stdout, asJSON)
+			// The runs' warnings for the person (an open network, an agent
+			// reinstalled) go to stderr, unless the live lines hold the
+			// terminal.
+			fs.Base.Warn = os.Stderr
+			if live {
+				fs.Base.Warn = io.Discard
+			}
 			fs.OnChange = show
 			rec, err := dispatch.Dispatch(cmd.Context(), store, fs)
 			closeShow()
@@ -120,21 +126,21 @@ leaves the work to a background process of its own: see 'postern dispatches'.`,
 // dispatchOutput is what a person sees of a dispatch on w: live lines on a
 // terminal, one plain line per change otherwise, one JSON object per change
 // with asJSON.
-func dispatchOutput(w *os.File, asJSON bool) (func(fleet.Change, *fleet.Record), func()) {
+func dispatchOutput(w *os.File, asJSON bool) (show func(fleet.Change, *fleet.Record), done func(), live bool) {
 	switch {
 	case asJSON:
-		return func(c fleet.Change, _ *fleet.Record) { _, _ = w.Write(fleet.JSONLine(c)) }, func() {}
+		return func(c fleet.Change, _ *fleet.Record) { _, _ = w.Write(fleet.JSONLine(c)) }, func() {}, false
 	case term.IsTerminal(int(w.Fd())):
-		live := fleet.NewLive(w, func() (int, int) {
+		lv := fleet.NewLive(w, func() (int, int) {
 			width, height, err := term.GetSize(int(w.Fd()))
 			if err != nil {
 				return 80, 24
 			}
 			return width, height
 		}, nil)
-		return live.Changed, live.Close
+		return lv.Changed, lv.Close, true
 	default:
-		return func(c fleet.Change, _ *fleet.Record) { fmt.Fprintln(w, fleet.PlainLine(c)) }, func() {}
+		return func(c fleet.Change, _ *fleet.Record) { fmt.Fprintln(w, fleet.PlainLine(c)) }, func() {}, false
 	}
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"time"
@@ -31,6 +32,9 @@ func runsLogsCmd() *cobra.Command {
 			r, err := dispatch.Show(store, args[0])
 			if err != nil {
 				return err
+			}
+			if r.Dispatch == "" {
+				fmt.Fprintf(os.Stderr, "postern: run %s was not dispatched: its output went to the terminal that ran it, and is not kept\n", r.ID)
 			}
 			return printOutput(cmd.Context(), store, r.ID, os.Stdout, os.Stderr, follow)
 		},
