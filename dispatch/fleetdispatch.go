@@ -123,11 +123,12 @@ type dispatchSaver struct {
 	latest  *fleet.Record
 	wake    chan struct{}
 	done    chan struct{}
+	stopNow chan struct{} // closed by close: no more waiting between writes
 	stopped bool
 }
 
 func newDispatchSaver(store *records.Store, d *records.Dispatch, logger *slog.Logger) *dispatchSaver {
-	s := &dispatchSaver{store: store, d: d, logger: logger, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	s := &dispatchSaver{store: store, d: d, logger: logger, wake: make(chan struct{}, 1), done: make(chan struct{}), stopNow: make(chan struct{})}
 	go s.loop()
 	return s
 }
@@ -142,13 +143,29 @@ func (s *dispatchSaver) save(r *fleet.Record) {
 	}
 }
 
+// dispatchSaveEvery bounds how often a running dispatch's record is
+// written: each write takes the records' lock, which the runs' own records
+// wait for.
+const dispatchSaveEvery = 250 * time.Millisecond
+
 func (s *dispatchSaver) loop() {
 	defer close(s.done)
+	var last time.Time
 	for range s.wake {
+		s.mu.Lock()
+		stopped := s.stopped
+		s.mu.Unlock()
+		if wait := dispatchSaveEvery - time.Since(last); !stopped && !last.IsZero() && wait > 0 {
+			select {
+			case <-time.After(wait):
+			case <-s.stopNow:
+			}
+		}
+		last = time.Now()
 		s.mu.Lock()
 		r := s.latest
 		s.latest = nil
-		stopped := s.stopped
+		stopped = s.stopped
 		s.mu.Unlock()
 		if r != nil {
 			if err := s.write(r); err != nil && s.logger != nil {
@@ -190,6 +207,7 @@ func (s *dispatchSaver) close() {
 	}
 	s.stopped = true
 	s.mu.Unlock()
+	close(s.stopNow)
 	select {
 	case s.wake <- struct{}{}:
 	default:

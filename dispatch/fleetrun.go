@@ -320,7 +320,7 @@ func newRunOutput(store *records.Store, run string, logger *slog.Logger) (*runOu
 			case <-o.stop:
 				return
 			case <-t.C:
-				o.flush()
+				o.flush(false)
 			}
 		}
 	}()
@@ -351,17 +351,15 @@ func (o *runOutput) read(pr *os.File, stream string) {
 	}
 }
 
-func (o *runOutput) flush() {
+// flush writes what the run wrote since the last flush, in one durable
+// write; done marks the output complete.
+func (o *runOutput) flush(done bool) {
 	o.mu.Lock()
 	pending := o.pending
 	o.pending = map[string][]byte{}
 	o.mu.Unlock()
-	for _, stream := range []string{records.Stdout, records.Stderr} {
-		if p := pending[stream]; len(p) > 0 {
-			if err := o.store.AppendOutput(o.run, stream, p); err != nil {
-				o.logger.Warn("keep the run's output", "run", o.run, "stream", stream, "err", err)
-			}
-		}
+	if err := o.store.KeepOutput(o.run, pending, done); err != nil {
+		o.logger.Warn("keep the run's output", "run", o.run, "err", err)
 	}
 }
 
@@ -387,10 +385,7 @@ func (o *runOutput) close() {
 	}
 	close(o.stop)
 	o.wg.Wait()
-	o.flush()
-	if err := o.store.FinishOutput(o.run); err != nil {
-		o.logger.Warn("keep the run's output", "run", o.run, "err", err)
-	}
+	o.flush(true)
 }
 
 // startedHook is what Run calls once the command has started: the spec's

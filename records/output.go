@@ -26,10 +26,23 @@ func outputKey(run, stream string) []byte { return []byte(run + "\x00" + stream)
 // OutputLimit bytes; the offset kept with them counts the bytes cut from the
 // front, so that a reader following the stream knows where it stands.
 func (s *Store) AppendOutput(run, stream string, p []byte) error {
-	if stream != Stdout && stream != Stderr {
-		return fmt.Errorf("run %s: no stream %q (stdout or stderr)", run, stream)
+	return s.KeepOutput(run, map[string][]byte{stream: p}, false)
+}
+
+// KeepOutput adds to what is kept of a run's streams (as AppendOutput does
+// for each) and, with done, marks the output complete (FinishOutput), in one
+// durable write.
+func (s *Store) KeepOutput(run string, streams map[string][]byte, done bool) error {
+	for stream := range streams {
+		if stream != Stdout && stream != Stderr {
+			return fmt.Errorf("run %s: no stream %q (stdout or stderr)", run, stream)
+		}
 	}
-	if len(p) == 0 {
+	empty := true
+	for _, p := range streams {
+		empty = empty && len(p) == 0
+	}
+	if empty && !done {
 		return nil
 	}
 	return s.update(func(tx *bolt.Tx) error {
@@ -37,25 +50,37 @@ func (s *Store) AppendOutput(run, stream string, p []byte) error {
 		if err != nil {
 			return err
 		}
-		key := outputKey(run, stream)
-		old := b.Get(key)
-		start, kept := decodeOutput(old)
-		buf := make([]byte, 0, min(len(kept)+len(p), OutputLimit))
-		total := len(kept) + len(p)
-		if total > OutputLimit {
-			cut := total - OutputLimit
-			start += uint64(cut)
-			if cut >= len(kept) {
-				p = p[cut-len(kept):]
-				kept = nil
-			} else {
-				kept = kept[cut:]
+		for _, stream := range []string{Stdout, Stderr} {
+			if p := streams[stream]; len(p) > 0 {
+				if err := appendOutput(b, run, stream, p); err != nil {
+					return err
+				}
 			}
 		}
-		buf = append(buf, kept...)
-		buf = append(buf, p...)
-		return b.Put(key, encodeOutput(start, buf))
+		if done {
+			return b.Put(outputKey(run, outputDone), []byte{1})
+		}
+		return nil
 	})
+}
+
+func appendOutput(b *bolt.Bucket, run, stream string, p []byte) error {
+	key := outputKey(run, stream)
+	start, kept := decodeOutput(b.Get(key))
+	if total := len(kept) + len(p); total > OutputLimit {
+		cut := total - OutputLimit
+		start += uint64(cut)
+		if cut >= len(kept) {
+			p = p[cut-len(kept):]
+			kept = nil
+		} else {
+			kept = kept[cut:]
+		}
+	}
+	buf := make([]byte, 0, len(kept)+len(p))
+	buf = append(buf, kept...)
+	buf = append(buf, p...)
+	return b.Put(key, encodeOutput(start, buf))
 }
 
 // Output returns what is kept of a run's stream, and the offset in the whole
@@ -95,15 +120,7 @@ const outputDone = "done"
 
 // FinishOutput marks a run's output as complete: everything it wrote is kept
 // (up to OutputLimit of each stream), and nothing more will come.
-func (s *Store) FinishOutput(run string) error {
-	return s.update(func(tx *bolt.Tx) error {
-		b, err := tx.CreateBucketIfNotExists(bucketOutput)
-		if err != nil {
-			return err
-		}
-		return b.Put(outputKey(run, outputDone), []byte{1})
-	})
-}
+func (s *Store) FinishOutput(run string) error { return s.KeepOutput(run, nil, true) }
 
 // OutputDone reports whether a run's output is complete (FinishOutput).
 func (s *Store) OutputDone(run string) (bool, error) {
