@@ -204,6 +204,15 @@ func TestDispatchFleet(t *testing.T) {
 		if byTask["gpu"].Machine != "m2" {
 			t.Fatalf("the gpu task ran on %s; only m2 has the gpu label", byTask["gpu"].Machine)
 		}
+		// The GPU rung was measured on each machine: no GPU here, so "no".
+		var shown struct {
+			Rungs map[string]struct {
+				Result string `json:"result"`
+			} `json:"rungs"`
+		}
+		if err := json.Unmarshal([]byte(c.mustPostern(t, "machine", "show", "--json", "m1")), &shown); err != nil || shown.Rungs["gpu"].Result != "no" {
+			t.Fatalf("m1's gpu rung: %+v %v", shown.Rungs["gpu"], err)
+		}
 		for _, m := range f.Names {
 			limit := 2
 			if m == "m3" {
