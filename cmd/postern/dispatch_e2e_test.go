@@ -324,7 +324,7 @@ func TestDispatchFleet(t *testing.T) {
 	// command; wait follows it to its end and exits as it does.
 	t.Run("DetachWait", func(t *testing.T) {
 		src := "machines = [\"m1\", \"m2\"]\n" +
-			"task \"one\" {\n  command = [\"sh\", \"-c\", \"sleep 1; echo detached-one\"]\n}\n" +
+			"task \"one\" {\n  command = [\"sh\", \"-c\", \"sleep 2.5; echo detached-one\"]\n}\n" +
 			"task \"two\" {\n  command = [\"sh\", \"-c\", \"sleep 1; echo detached-two\"]\n}\n"
 		t0 := time.Now()
 		out := c.mustPostern(t, "dispatch", "--detach", tasksFile(t, src))
@@ -354,6 +354,28 @@ func TestDispatchFleet(t *testing.T) {
 		}
 		if f := strings.Fields(string(stat)[strings.LastIndexByte(string(stat), ')')+1:]); len(f) < 4 || f[3] != strconv.Itoa(d.Pid) {
 			t.Fatalf("the background process %d is not a session leader: %s", d.Pid, stat)
+		}
+		// Follow one run's output while it runs: what it writes after the
+		// follow began arrives, and the follow ends with the run.
+		var runID string
+		waitUntil(t, 20*time.Second, "a run of the detached dispatch", func() bool {
+			for _, tr := range dispatchRecord(t, c, id).Tasks {
+				for _, a := range tr.Attempts {
+					if a.RunID != "" && tr.Name == "one" {
+						runID = a.RunID
+					}
+				}
+			}
+			return runID != ""
+		})
+		followed := time.Now()
+		fo, fe, fc := c.postern(t, "runs", "logs", "--follow", runID)
+		if fc != 0 || fo != "detached-one\n" {
+			t.Fatalf("runs logs --follow %s, begun while it ran: exit %d, %q %q", runID, fc, fo, fe)
+		}
+		var one records.Run
+		if err := json.Unmarshal([]byte(c.mustPostern(t, "runs", "show", "--json", runID)), &one); err != nil || !one.EndedAt.After(followed) {
+			t.Fatalf("run %s ended %s, before the follow began (%s): the follow was not tested (%v)", runID, one.EndedAt, followed, err)
 		}
 		wo, we, wc := c.postern(t, "dispatches", "wait", id)
 		if wc != 0 || !regexp.MustCompile(`(?m)^one\s+m\d\s+exited\s+0`).MatchString(wo) || !regexp.MustCompile(`(?m)^two\s+m\d\s+exited\s+0`).MatchString(wo) {
