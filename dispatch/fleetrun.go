@@ -225,7 +225,11 @@ func (r *FleetRunner) run(ctx context.Context, a fleet.Attempt, report func(flee
 	}
 	if cancelled && run != nil && run.State != records.StateRefused {
 		run.State = records.StateCancelled
-		run.Why = "stopped by its dispatch (cancelled, or past its task's timeout)"
+		run.Why = "stopped by its dispatch, which was cancelled"
+		if errors.Is(context.Cause(ctx), fleet.ErrTimedOut) {
+			run.State = records.StateFailed
+			run.Why = fmt.Sprintf("stopped by its dispatch: its task's timeout (%s) passed", a.Task.Timeout)
+		}
 		if runErr != nil {
 			run.Why += ": " + runErr.Error()
 		}

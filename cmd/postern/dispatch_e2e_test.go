@@ -435,6 +435,24 @@ func TestDispatchFleet(t *testing.T) {
 		}
 	})
 
+	// A task past its timeout is stopped on its machine and fails, named.
+	t.Run("Timeout", func(t *testing.T) {
+		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+		src := fmt.Sprintf("machines = [\"m2\"]\ntask \"slow\" {\n  command = [\"sleep\", \"300.%s\"]\n  timeout = \"1s\"\n}\n", marker)
+		t0 := time.Now()
+		stdout, stderr, code := c.postern(t, "dispatch", tasksFile(t, src))
+		if code != 1 || time.Since(t0) > 15*time.Second || !strings.Contains(stdout, "slow: timed out after 1s; stopped") {
+			t.Fatalf("a task past its timeout: exit %d after %s\n%s\n%s", code, time.Since(t0), stdout, stderr)
+		}
+		if pgrep(t, "^sleep 300."+marker+"$") {
+			t.Fatal("the timed-out run is still running")
+		}
+		rs := dispatchRuns(t, c, dispatchID(t, stdout))
+		if len(rs) != 1 || rs[0].State != records.StateFailed || !strings.Contains(rs[0].Why, "timeout (1s) passed") {
+			t.Fatalf("the timed-out run's record: %+v", rs)
+		}
+	})
+
 	// Ctrl-C: SIGINT to postern stops every running task on its machine
 	// within 5 s, leaving no process of the runs, no namespace of their
 	// walls and no agent on the remotes; queued tasks never start; exit 130.

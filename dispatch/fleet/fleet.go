@@ -39,6 +39,10 @@ type Config struct {
 	StopGrace time.Duration
 }
 
+// ErrTimedOut is the cause (context.Cause) of an attempt's context that was
+// cancelled because its task's timeout passed.
+var ErrTimedOut = errors.New("the task's timeout passed")
+
 // ErrNoRunner is a Config without a Runner.
 var ErrNoRunner = errors.New("fleet: no runner to start the tasks with")
 
@@ -86,13 +90,13 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 	in := newInbox()
 	defer in.close()
 	type live struct {
-		cancel context.CancelFunc
+		cancel context.CancelCauseFunc
 		timer  Timer
 	}
 	lives := map[int]*live{}
 	defer func() {
 		for _, l := range lives {
-			l.cancel()
+			l.cancel(nil)
 			if l.timer != nil {
 				l.timer.Stop()
 			}
@@ -118,7 +122,7 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 	refill := func() {
 		for _, aid := range s.ended {
 			if l := lives[aid]; l != nil {
-				l.cancel()
+				l.cancel(nil)
 				if l.timer != nil {
 					l.timer.Stop()
 				}
@@ -127,7 +131,7 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 		}
 		s.ended = s.ended[:0]
 		for _, a := range s.place(clock.Now()) {
-			actx, cancel := context.WithCancel(ctx)
+			actx, cancel := context.WithCancelCause(ctx)
 			l := &live{cancel: cancel}
 			lives[a.ID] = l
 			if a.Task.Timeout > 0 {
@@ -180,7 +184,7 @@ func Run(ctx context.Context, cfg Config) (*Record, error) {
 				}
 				if stop {
 					if l := lives[ev.Attempt]; l != nil {
-						l.cancel()
+						l.cancel(ErrTimedOut)
 					}
 				}
 				refill()
