@@ -28,8 +28,8 @@ type FleetSpec struct {
 	File *fleet.File
 	// Max bounds the runs at once (--max); 0 takes the file's.
 	Max int
-	// Policy is the policy of the walled tasks that name none, the file
-	// included (--policy); "" leaves them allowed nothing.
+	// Policy is the policy of the walled tasks that have none, neither
+	// their own nor the file's (--policy); "" leaves them allowed nothing.
 	Policy string
 	// Base is what each attempt's run starts from (see FleetRunner.Base).
 	Base Spec

@@ -110,7 +110,7 @@ leaves the work to a background process of its own: see 'postern dispatches'.`,
 	f.IntVar(&fs.Max, "max", 0, "runs at once in the whole dispatch (default: the file's max, else the machines' slots)")
 	f.BoolVar(&asJSON, "json", false, "one JSON object per change on stdout (the summary table goes to stderr)")
 	f.BoolVar(&detach, "detach", false, "print the dispatch's id and do the work in a background process of its own")
-	f.StringVar(&policyPath, "policy", "", "policy for the walled tasks that name none, the file's default included (default: they may reach nothing)")
+	f.StringVar(&policyPath, "policy", "", "policy for the walled tasks that have none, neither their own nor the file's (default: they may reach nothing)")
 	f.StringArrayVar(&fs.Base.AddHosts, "add-host", nil, "pin a name to an address for the doors' lookups, NAME:IP (repeatable)")
 	f.StringVar(&fs.Base.Resolver, "resolver", "", "DNS server (host:port) for the doors' own lookups; default each machine's resolver")
 	f.DurationVar(&connTimeout, "connect-timeout", 0, "bound on each ssh connect and handshake to a remote machine (default: the ssh config's ConnectTimeout, else 15s)")
