@@ -291,13 +291,23 @@ func TestDispatchFleet(t *testing.T) {
 		for i := 0; i < 36; i++ {
 			fmt.Fprintf(&src, "task \"o%02d\" {\n  command = [\"true\"]\n}\n", i)
 		}
-		stdout, stderr, code := c.postern(t, "dispatch", tasksFile(t, src.String()))
+		// --policy fills in the policy of the tasks that have none.
+		pol := filepath.Join(t.TempDir(), "fill.hcl")
+		if err := os.WriteFile(pol, []byte("mode = \"enforce\"\nports = [443]\nallow = [\"example.test\"]\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		stdout, stderr, code := c.postern(t, "dispatch", "--policy", pol, tasksFile(t, src.String()))
 		if code != 0 {
 			t.Fatalf("36 tasks at 12 slots on one machine: exit %d\n%s\n%s", code, stdout, stderr)
 		}
 		rs := dispatchRuns(t, c, dispatchID(t, stdout))
 		if n := maxOverlap(rs, "m2"); len(rs) != 36 || n > 12 || n < 2 {
 			t.Fatalf("%d runs, %d at once", len(rs), n)
+		}
+		for _, r := range rs {
+			if r.Policy != pol || r.Mode != "enforce" {
+				t.Fatalf("run %s under policy %q (%s), want --policy's %s", r.ID, r.Policy, r.Mode, pol)
+			}
 		}
 	})
 
