@@ -19,5 +19,8 @@ func controllerAlive(pid int, start uint64) bool {
 	if pid <= 0 {
 		return false
 	}
-	return procstat.StartTime(pid) == start && start != 0
+	// A controller that ended but was not reaped yet (its parent gone, and
+	// the reaper slow or absent) keeps its start time: it is gone all the
+	// same.
+	return procstat.StartTime(pid) == start && start != 0 && !procstat.Exited(pid)
 }

@@ -445,6 +445,46 @@ func TestDispatchFleet(t *testing.T) {
 		}
 	})
 
+	// The detached dispatch's process killed outright (no cancel, no
+	// chance to write anything): its runs end on their machines as their
+	// agents lose it, and the records show the dispatch and its runs lost.
+	t.Run("DetachedKilled", func(t *testing.T) {
+		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
+		src := fmt.Sprintf("machines = [\"m2\", \"m3\"]\ntask \"k0\" {\n  command = [\"sleep\", \"300.%s\"]\n}\ntask \"k1\" {\n  command = [\"sleep\", \"300.%s\"]\n}\n", marker, marker)
+		id := strings.TrimSpace(c.mustPostern(t, "dispatch", "--detach", tasksFile(t, src)))
+		pattern := "^sleep 300." + marker + "$"
+		waitUntil(t, 30*time.Second, "two runs to start", func() bool { return len(pgrepPids(t, pattern)) == 2 })
+		var d struct {
+			Pid int `json:"pid"`
+		}
+		if err := json.Unmarshal([]byte(c.mustPostern(t, "dispatches", "show", "--json", id)), &d); err != nil || d.Pid == 0 {
+			t.Fatalf("dispatch record: %+v %v", d, err)
+		}
+		if err := syscall.Kill(d.Pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		for len(pgrepPids(t, pattern)) > 0 {
+			if time.Since(killed) > 10*time.Second {
+				t.Fatalf("the runs are still there 10s after their dispatch's process was killed")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		t.Logf("the runs ended %s after their dispatch's process was killed", time.Since(killed).Round(time.Millisecond))
+		waitUntil(t, 5*time.Second, "the killed process to be reaped", func() bool { return !alive(d.Pid) })
+		if list := c.mustPostern(t, "dispatches", "list"); !regexp.MustCompile(regexp.QuoteMeta(id) + `\s+lost`).MatchString(list) {
+			t.Fatalf("dispatches list does not show the killed dispatch lost:\n%s", list)
+		}
+		if _, _, code := c.postern(t, "dispatches", "wait", id); code != 1 {
+			t.Fatalf("dispatches wait of a lost dispatch: exit %d, want 1", code)
+		}
+		for _, r := range dispatchRuns(t, c, id) {
+			if r.State != records.StateLost {
+				t.Fatalf("run %s of the killed dispatch: %s, want lost", r.ID, r.State)
+			}
+		}
+	})
+
 	// A task past its timeout is stopped on its machine and fails, named.
 	t.Run("Timeout", func(t *testing.T) {
 		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
