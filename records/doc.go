@@ -1,6 +1,7 @@
 // Package records stores machines, probe records, runs and their events, and
 // what was measured of the agents installed on machines, in one bbolt file,
-// durably and without stalling a running run.
+// durably and without stalling a running run; and dispatches, with the last
+// output of their runs (bounded, stream by stream).
 //
 // The file is never made afresh over what is there: a file that is not a store
 // postern can read is reported as a *DamagedError naming it, and left as it
