@@ -108,6 +108,7 @@ func init() {
 				row("writes", w)
 			}
 			row("why", r.Why)
+			workspaceRows(row, r)
 			return tw.Flush()
 		},
 	}

@@ -1,0 +1,275 @@
+package workspace
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+
+	agent "github.com/postern-dev/postern/remote-agent"
+)
+
+// Places are where a machine keeps workspaces: the repositories' caches
+// and the runs' work trees.
+type Places struct {
+	Cache string // one bare repository per repository shipped here
+	Runs  string // one work tree per run
+}
+
+// DefaultPlaces are the places under the home's XDG directories:
+// ~/.cache/postern/workspaces and ~/.local/share/postern/workspaces.
+func DefaultPlaces() (Places, error) {
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return Places{}, fmt.Errorf("workspaces: %w", err)
+	}
+	cache := filepath.Join(home, ".cache")
+	if d := os.Getenv("XDG_CACHE_HOME"); filepath.IsAbs(d) {
+		cache = d
+	}
+	data := filepath.Join(home, ".local", "share")
+	if d := os.Getenv("XDG_DATA_HOME"); filepath.IsAbs(d) {
+		data = d
+	}
+	return Places{Cache: filepath.Join(cache, "postern", "workspaces"), Runs: filepath.Join(data, "postern", "workspaces")}, nil
+}
+
+var (
+	idPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,80}$`)
+	keyPattern = regexp.MustCompile(`^r-[0-9a-f]{24}$`)
+)
+
+// RunDir is the run's work tree.
+func (p Places) RunDir(runID string) (string, error) {
+	if !idPattern.MatchString(runID) {
+		return "", fmt.Errorf("run id %q is not one postern makes", runID)
+	}
+	return filepath.Join(p.Runs, runID), nil
+}
+
+func (p Places) cacheDir(key string) (string, error) {
+	if !keyPattern.MatchString(key) {
+		return "", fmt.Errorf("repository key %q is not one postern makes", key)
+	}
+	return filepath.Join(p.Cache, key+".git"), nil
+}
+
+// diskFull turns "no space left" into what to do.
+func diskFull(where string, err error) error {
+	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "No space left") || strings.Contains(err.Error(), "no space left") {
+		return fmt.Errorf("the machine's disk is full at %s (%v): free space there and run again; nothing was started", where, err)
+	}
+	return err
+}
+
+// Inspect says whether this machine has git and which commits the cache of
+// the repository key holds.
+func Inspect(ctx context.Context, p Places, key string) (*agent.WorkspaceResult, error) {
+	v, err := GitVersion(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w on this machine: install git there (e.g. apt-get install git), or run with --workspace none", err)
+	}
+	res := &agent.WorkspaceResult{Git: v}
+	if key == "" {
+		return res, nil
+	}
+	dir, err := p.cacheDir(key)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "HEAD")); err != nil {
+		return res, nil
+	}
+	out, err := git{dir: dir, clean: true}.out(ctx, nil, "for-each-ref", "--sort=-committerdate", "--count=64", "--format=%(objectname)", "refs/shipped/")
+	if err != nil {
+		return nil, err
+	}
+	res.Known = strings.Fields(string(out))
+	return res, nil
+}
+
+// Prepare makes the run's work tree from the upload: the bundle, unpacked
+// into the repository's cache, then the snapshot. objects, if set, is an
+// object directory on this machine that holds the history already (a local
+// copy), used in place of a cache.
+func Prepare(ctx context.Context, p Places, req agent.WorkspaceRequest, upload io.Reader, objects string) (*agent.WorkspaceResult, error) {
+	run, err := p.RunDir(req.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if req.Base != "" && !validSHA(req.Base) {
+		return nil, fmt.Errorf("base %q is not a commit name", req.Base)
+	}
+	if req.Branch != "" {
+		if ok, _ := (git{clean: true}).ok(ctx, "check-ref-format", "refs/heads/"+req.Branch); !ok {
+			return nil, fmt.Errorf("branch %q is not a branch name", req.Branch)
+		}
+	}
+	if err := os.MkdirAll(p.Runs, 0o700); err != nil {
+		return nil, diskFull(p.Runs, err)
+	}
+	if err := os.Mkdir(run, 0o700); err != nil {
+		return nil, diskFull(run, fmt.Errorf("make the run's work tree: %w", err))
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = os.RemoveAll(run)
+		}
+	}()
+	// The upload lands in files first: the controller is not kept waiting
+	// while git works.
+	tmp, err := os.MkdirTemp(p.Runs, ".incoming-")
+	if err != nil {
+		return nil, diskFull(p.Runs, err)
+	}
+	defer os.RemoveAll(tmp)
+	bundle := filepath.Join(tmp, "history.bundle")
+	snap := filepath.Join(tmp, "snapshot.tar")
+	if req.BundleSize > 0 {
+		if err := receiveFile(bundle, io.LimitReader(upload, req.BundleSize), req.BundleSize); err != nil {
+			return nil, diskFull(p.Runs, fmt.Errorf("receive the history: %w", err))
+		}
+	}
+	if err := receiveFile(snap, upload, -1); err != nil {
+		return nil, diskFull(p.Runs, fmt.Errorf("receive the work tree: %w", err))
+	}
+
+	if !req.Plain {
+		if objects == "" && req.Key != "" {
+			cache, err := p.cacheDir(req.Key)
+			if err != nil {
+				return nil, err
+			}
+			if err := ensureCache(ctx, cache); err != nil {
+				return nil, diskFull(cache, err)
+			}
+			cg := git{dir: cache, clean: true}
+			if req.BundleSize > 0 {
+				if _, err := cg.out(ctx, nil, "bundle", "unbundle", bundle); err != nil {
+					return nil, diskFull(cache, fmt.Errorf("unpack the history into the cache: %w", err))
+				}
+			}
+			if req.Base != "" {
+				if _, err := cg.out(ctx, nil, "update-ref", "refs/shipped/"+req.Base, req.Base); err != nil {
+					return nil, diskFull(cache, fmt.Errorf("the cache lacks the base %s: %w", req.Base, err))
+				}
+			}
+			objects = filepath.Join(cache, "objects")
+		}
+		if err := makeTree(ctx, run, objects, req); err != nil {
+			return nil, diskFull(run, err)
+		}
+	}
+	f, err := os.Open(snap)
+	if err != nil {
+		return nil, err
+	}
+	err = applySnapshot(ctx, run, f)
+	f.Close()
+	if err != nil {
+		return nil, diskFull(run, err)
+	}
+	ok = true
+	return &agent.WorkspaceResult{Dir: run}, nil
+}
+
+func receiveFile(path string, r io.Reader, want int64) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(f, r)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && want >= 0 && n != want {
+		err = fmt.Errorf("got %d of %d bytes: the connection ended early", n, want)
+	}
+	return err
+}
+
+// ensureCache makes the bare cache repository, whole or not at all.
+func ensureCache(ctx context.Context, cache string) error {
+	if _, err := os.Stat(filepath.Join(cache, "HEAD")); err == nil {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(cache), 0o700); err != nil {
+		return err
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	tmp := cache + ".tmp-" + hex.EncodeToString(rnd[:])
+	if _, err := (git{clean: true}).out(ctx, nil, "-c", "init.defaultBranch=postern", "init", "-q", "--bare", tmp); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, cache); err != nil {
+		_ = os.RemoveAll(tmp)
+		if _, serr := os.Stat(filepath.Join(cache, "HEAD")); serr == nil {
+			return nil // another run made it first
+		}
+		return err
+	}
+	return nil
+}
+
+// makeTree makes the run's repository at run: its objects borrowed from
+// objects, HEAD at the base on the person's branch, the base checked out.
+func makeTree(ctx context.Context, run, objects string, req agent.WorkspaceRequest) error {
+	branch := req.Branch
+	if branch == "" {
+		branch = "main"
+	}
+	if _, err := (git{clean: true}).out(ctx, nil, "-c", "init.defaultBranch="+branch, "init", "-q", run); err != nil {
+		return err
+	}
+	g := git{dir: run, clean: true}
+	if objects != "" {
+		if err := os.WriteFile(filepath.Join(run, ".git", "objects", "info", "alternates"), []byte(objects+"\n"), 0o600); err != nil {
+			return err
+		}
+	}
+	name, email := req.RunID, "postern@localhost"
+	if n, e := strings.TrimSpace(req.Name), strings.TrimSpace(req.Email); n != "" && e != "" {
+		name, email = n, e
+	}
+	if _, err := g.out(ctx, nil, "config", "user.name", name); err != nil {
+		return err
+	}
+	if _, err := g.out(ctx, nil, "config", "user.email", email); err != nil {
+		return err
+	}
+	if req.Base == "" {
+		return nil
+	}
+	if req.Branch != "" {
+		if _, err := g.out(ctx, nil, "update-ref", "refs/heads/"+req.Branch, req.Base); err != nil {
+			return fmt.Errorf("the base %s is not in the machine's copy of the history: %w", req.Base, err)
+		}
+	} else if _, err := g.out(ctx, nil, "update-ref", "--no-deref", "HEAD", req.Base); err != nil {
+		return fmt.Errorf("the base %s is not in the machine's copy of the history: %w", req.Base, err)
+	}
+	if _, err := g.out(ctx, nil, "-c", "core.autocrlf=false", "reset", "-q", "--hard", "HEAD"); err != nil {
+		return fmt.Errorf("check out the base: %w", err)
+	}
+	return nil
+}
+
+// Remove removes the run's work tree.
+func Remove(p Places, runID string) (*agent.WorkspaceResult, error) {
+	run, err := p.RunDir(runID)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(run); err != nil {
+		return nil, fmt.Errorf("remove the run's work tree %s: %w", run, err)
+	}
+	return &agent.WorkspaceResult{Dir: run}, nil
+}

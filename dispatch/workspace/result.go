@@ -1,0 +1,150 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	agent "github.com/postern-dev/postern/remote-agent"
+)
+
+// resultRef is the one ref of a result bundle.
+const resultRef = "refs/postern/result"
+
+// DefaultMaxResult bounds a result's bundle (--max-result).
+const DefaultMaxResult = 1 << 30
+
+// Collect makes the run's result in its work tree and writes it to w as a
+// bundle of one ref: the run's HEAD, with one more commit on top holding
+// what it left uncommitted. Only plumbing runs in the work tree, with
+// hooks off and no configuration but the repository's own (which the wall
+// kept the run from changing): the run's hooks, monitors and signing
+// settings are never obeyed. A run that changed nothing sends no bundle.
+func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Writer) (*agent.WorkspaceResult, error) {
+	run, err := p.RunDir(req.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(run); err != nil {
+		return nil, fmt.Errorf("the run's work tree is not on this machine (%v): it was removed, or never made", err)
+	}
+	if req.Base != "" && !validSHA(req.Base) {
+		return nil, fmt.Errorf("base %q is not a commit name", req.Base)
+	}
+	max := req.MaxResult
+	if max <= 0 {
+		max = DefaultMaxResult
+	}
+	tmp, err := os.MkdirTemp(p.Runs, ".outgoing-")
+	if err != nil {
+		return nil, diskFull(p.Runs, err)
+	}
+	defer os.RemoveAll(tmp)
+	g := git{dir: run, clean: true, env: []string{
+		"GIT_DIR=" + filepath.Join(run, ".git"), "GIT_WORK_TREE=" + run,
+		"GIT_INDEX_FILE=" + filepath.Join(tmp, "index"),
+		"GIT_AUTHOR_NAME=postern", "GIT_AUTHOR_EMAIL=postern@localhost",
+		"GIT_COMMITTER_NAME=postern", "GIT_COMMITTER_EMAIL=postern@localhost",
+	}}
+	head, err := g.line(ctx, "rev-parse", "-q", "--verify", "HEAD^{commit}")
+	if err != nil {
+		head = ""
+	}
+	// What is left uncommitted, in an index of postern's own.
+	if head != "" {
+		_, err = g.out(ctx, nil, "read-tree", head)
+	} else {
+		_, err = g.out(ctx, nil, "read-tree", "--empty")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := g.out(ctx, nil, "-c", "core.autocrlf=false", "add", "-A", "--", "."); err != nil {
+		return nil, diskFull(run, fmt.Errorf("collect what the run left uncommitted: %w", err))
+	}
+	tree, err := g.line(ctx, "write-tree")
+	if err != nil {
+		return nil, diskFull(run, err)
+	}
+	headTree := emptyTree
+	if head != "" {
+		if headTree, err = g.line(ctx, "rev-parse", head+"^{tree}"); err != nil {
+			return nil, err
+		}
+	}
+	result := head
+	if tree != headTree {
+		args := []string{"commit-tree", tree, "-m", "postern: what run " + req.RunID + " left uncommitted\n\nThe run's work tree at its end, beyond its last commit."}
+		if head != "" {
+			args = append(args, "-p", head)
+		}
+		if result, err = g.line(ctx, args...); err != nil {
+			return nil, diskFull(run, err)
+		}
+	}
+	res := &agent.WorkspaceResult{Result: result, Ref: resultRef}
+	if result == "" || result == req.Base {
+		return res, nil // nothing changed
+	}
+	res.Changed = true
+	if req.Base == "" {
+		res.Descends = true
+	} else if res.Descends, err = g.ok(ctx, "merge-base", "--is-ancestor", req.Base, result); err != nil {
+		// The base is gone from the run's copy: the result's history is its own.
+		res.Descends = false
+	}
+	count := []string{"rev-list", "--count", result}
+	if req.Base != "" {
+		count = append(count, "^"+req.Base)
+	}
+	if n, err := g.line(ctx, count...); err == nil {
+		res.Commits, _ = strconv.Atoi(n)
+	}
+	if _, err := g.out(ctx, nil, "update-ref", resultRef, result); err != nil {
+		return nil, diskFull(run, err)
+	}
+	bundle := filepath.Join(tmp, "result.bundle")
+	args := []string{"bundle", "create", "-q", bundle, resultRef}
+	if req.Base != "" {
+		if ok, _ := g.ok(ctx, "cat-file", "-e", req.Base+"^{commit}"); ok {
+			args = append(args, "^"+req.Base)
+		}
+	}
+	if _, err := g.out(ctx, nil, args...); err != nil {
+		var ge *GitError
+		if asGitError(err, &ge) && strings.Contains(ge.Stderr, "empty bundle") {
+			return res, nil // the result is in the base's history: nothing to send
+		}
+		return nil, diskFull(run, fmt.Errorf("bundle the result: %w", err))
+	}
+	st, err := os.Stat(bundle)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > max {
+		return nil, &TooLargeError{Size: st.Size(), Max: max}
+	}
+	f, err := os.Open(bundle)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	res.Size = st.Size()
+	// The exit frame carries the result; the size travels first, so the
+	// controller can bound what it takes before the first byte.
+	if _, err := io.Copy(w, f); err != nil {
+		return nil, fmt.Errorf("send the result: %w", err)
+	}
+	return res, nil
+}
+
+// TooLargeError is a result over the limit.
+type TooLargeError struct{ Size, Max int64 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the run's result is %d bytes, over the limit of %d bytes (--max-result %d): it is kept on the machine; fetch it with 'postern runs fetch RUN-ID --max-result BYTES'", e.Size, e.Max, e.Max)
+}
