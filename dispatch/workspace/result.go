@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	agent "github.com/postern-dev/postern/remote-agent"
 )
@@ -44,16 +45,37 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 		return nil, diskFull(p.Runs, err)
 	}
 	defer os.RemoveAll(tmp)
+	// The run's repository is read for its HEAD alone. Everything else
+	// happens in a git directory of postern's own that borrows the run's
+	// objects, so nothing the run put in its .git (config with filters or
+	// monitors, hooks, attributes, alternates of refs) is obeyed.
+	head := ""
+	rg := git{dir: run, clean: true, env: []string{"GIT_DIR=" + filepath.Join(run, ".git"), "GIT_CEILING_DIRECTORIES=" + filepath.Dir(run)}}
+	if h, err := rg.line(ctx, "rev-parse", "-q", "--verify", "HEAD^{commit}"); err == nil && validSHA(h) {
+		head = h
+	}
+	collect := filepath.Join(tmp, "collect.git")
+	if _, err := (git{clean: true}).out(ctx, nil, "-c", "init.defaultBranch=postern", "init", "-q", "--bare", collect); err != nil {
+		return nil, diskFull(tmp, err)
+	}
+	objects, err := filepath.Abs(filepath.Join(run, ".git", "objects"))
+	if err != nil {
+		return nil, err
+	}
+	// The run's objects, and the cache's they borrow (read from its
+	// alternates file by git, as data).
+	if err := os.WriteFile(filepath.Join(collect, "objects", "info", "alternates"), []byte(objects+"\n"), 0o600); err != nil {
+		return nil, diskFull(tmp, err)
+	}
+	// A retried collect makes the same commit: its dates are the run's.
+	when := runTime(req.RunID)
 	g := git{dir: run, clean: true, env: []string{
-		"GIT_DIR=" + filepath.Join(run, ".git"), "GIT_WORK_TREE=" + run,
+		"GIT_DIR=" + collect, "GIT_WORK_TREE=" + run,
 		"GIT_INDEX_FILE=" + filepath.Join(tmp, "index"),
 		"GIT_AUTHOR_NAME=postern", "GIT_AUTHOR_EMAIL=postern@localhost",
 		"GIT_COMMITTER_NAME=postern", "GIT_COMMITTER_EMAIL=postern@localhost",
+		"GIT_AUTHOR_DATE=" + when, "GIT_COMMITTER_DATE=" + when,
 	}}
-	head, err := g.line(ctx, "rev-parse", "-q", "--verify", "HEAD^{commit}")
-	if err != nil {
-		head = ""
-	}
 	// What is left uncommitted, in an index of postern's own.
 	if head != "" {
 		_, err = g.out(ctx, nil, "read-tree", head)
@@ -140,6 +162,17 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 		return nil, fmt.Errorf("send the result: %w", err)
 	}
 	return res, nil
+}
+
+// runTime is the time a run id was made, as git takes a date; the epoch
+// for an id that is not postern's.
+func runTime(id string) string {
+	if len(id) >= 15 {
+		if t, err := time.Parse("20060102-150405", id[:15]); err == nil {
+			return strconv.FormatInt(t.Unix(), 10) + " +0000"
+		}
+	}
+	return "0 +0000"
 }
 
 // TooLargeError is a result over the limit.

@@ -119,6 +119,12 @@ func applySnapshot(ctx context.Context, root string, r io.Reader) error {
 		if err := checkName(h.Name); err != nil {
 			return err
 		}
+		for k := range h.PAXRecords {
+			// A sparse entry is a few bytes that read as any size.
+			if strings.HasPrefix(k, "GNU.sparse.") {
+				return &SnapshotError{Path: h.Name, Why: "a sparse file, which a snapshot never holds"}
+			}
+		}
 		full := filepath.Join(root, filepath.FromSlash(h.Name))
 		if h.PAXRecords[paxDeleted] == "1" {
 			real, err := realParents(root, h.Name)
