@@ -54,6 +54,27 @@ func (p Places) RunDir(runID string) (string, error) {
 	return filepath.Join(p.Runs, runID), nil
 }
 
+// shippedFile holds the tree of a run's copy as shipped.
+func (p Places) shippedFile(runID string) string {
+	return filepath.Join(p.Runs, "."+runID+".shipped")
+}
+
+// shippedTree is the tree of the work tree at run as it is now, hashed
+// from a copy of its fresh index (only what the snapshot changed is read).
+func shippedTree(ctx context.Context, run, tmp string) (string, error) {
+	index := filepath.Join(tmp, "shipped-index")
+	if b, err := os.ReadFile(filepath.Join(run, ".git", "index")); err == nil {
+		if err := os.WriteFile(index, b, 0o600); err != nil {
+			return "", err
+		}
+	}
+	g := git{dir: run, clean: true, env: []string{"GIT_DIR=" + filepath.Join(run, ".git"), "GIT_WORK_TREE=" + run, "GIT_INDEX_FILE=" + index}}
+	if _, err := g.out(ctx, nil, "-c", "core.autocrlf=false", "add", "-A", "--", "."); err != nil {
+		return "", err
+	}
+	return g.line(ctx, "write-tree")
+}
+
 func (p Places) cacheDir(key string) (string, error) {
 	if !keyPattern.MatchString(key) {
 		return "", fmt.Errorf("repository key %q is not one postern makes", key)
@@ -177,6 +198,17 @@ func Prepare(ctx context.Context, p Places, req agent.WorkspaceRequest, upload i
 	if err != nil {
 		return nil, diskFull(run, err)
 	}
+	if !req.Plain {
+		// The tree as shipped, beside the copy where the run cannot write:
+		// a run whose work tree is still this changed nothing.
+		tree, err := shippedTree(ctx, run, tmp)
+		if err != nil {
+			return nil, diskFull(run, err)
+		}
+		if err := os.WriteFile(p.shippedFile(req.RunID), []byte(tree+"\n"), 0o600); err != nil {
+			return nil, diskFull(p.Runs, err)
+		}
+	}
 	ok = true
 	return &agent.WorkspaceResult{Dir: run}, nil
 }
@@ -270,6 +302,9 @@ func Remove(p Places, runID string) (*agent.WorkspaceResult, error) {
 	}
 	if err := os.RemoveAll(run); err != nil {
 		return nil, fmt.Errorf("remove the run's work tree %s: %w", run, err)
+	}
+	if err := os.Remove(p.shippedFile(runID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
 	}
 	return &agent.WorkspaceResult{Dir: run}, nil
 }

@@ -98,6 +98,14 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 			return nil, err
 		}
 	}
+	shipped := ""
+	if b, err := os.ReadFile(p.shippedFile(req.RunID)); err == nil {
+		shipped = strings.TrimSpace(string(b))
+	}
+	if head == req.Base && tree == shipped {
+		// The run's HEAD and work tree are as they were shipped.
+		return &agent.WorkspaceResult{Result: head, Ref: resultRef}, nil
+	}
 	result := head
 	if tree != headTree {
 		args := []string{"commit-tree", tree, "-m", "postern: what run " + req.RunID + " left uncommitted\n\nThe run's work tree at its end, beyond its last commit."}
