@@ -230,9 +230,10 @@ func TestWorkspaceRemoteShipsWhatThePersonSees(t *testing.T) {
 
 	// The run prints what it sees, makes a commit and leaves a change.
 	script := `set -e
-date +%s%N > "$(git rev-parse --show-toplevel)/.started"
+date +%s%N > /tmp/started
 pwd
 git status --porcelain -z --untracked-files=all > /tmp/status
+cp /tmp/started ../.started
 echo fix > fix.txt
 git add fix.txt
 git commit -qm "run: fix"
@@ -451,6 +452,7 @@ func TestWorkspaceHostileRunYieldsOnlyItsBranch(t *testing.T) {
 	}
 	script := fmt.Sprintf(`set -e
 M=%q
+G="git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c filter.evil.clean=cat -c filter.evil.smudge=cat"
 for h in pre-commit post-commit post-checkout reference-transaction post-merge pre-push; do
   printf '#!/bin/sh\ntouch %%s/hook-%%s\n' "$M" "$h" > .git/hooks/$h; chmod +x .git/hooks/$h
 done
@@ -460,13 +462,15 @@ git config filter.evil.clean "touch $M/filter-clean; cat"
 git config filter.evil.smudge "touch $M/filter-smudge; cat"
 git config core.hooksPath .git/hooks
 echo '* filter=evil' > .gitattributes
-git -c core.hooksPath=/dev/null -c core.fsmonitor=false commit -qm other --allow-empty
-git -c core.hooksPath=/dev/null branch other
-git -c core.hooksPath=/dev/null tag evil
-git -c core.hooksPath=/dev/null tag -a -m evil evil-annotated
-git -c core.hooksPath=/dev/null checkout -q --orphan rewritten
-git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c filter.evil.clean=cat commit -qm "history rewritten"
+$G commit -qm other --allow-empty
+$G branch other
+$G tag evil
+$G tag -a -m evil evil-annotated
+$G checkout -q --orphan rewritten
+$G commit -qm "history rewritten"
 echo uncommitted > g
+# Whatever ran so far ran during the run: only what runs after it counts.
+rm -f "$M"/*
 `, markers)
 	stdout, stderr, code := r.C.posternIn(t, repo, "run", "--machine", "far", "--egress-open", "testing a hostile run", "--", "sh", "-c", script)
 	if code != 0 {
@@ -604,10 +608,13 @@ func TestWorkspaceRemoteDiskFull(t *testing.T) {
 	if err := os.MkdirAll(cache, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=1m", "postern-test-full", cache).CombinedOutput(); err != nil {
+	// In sshd's mount namespace (ip netns exec made it one of its own),
+	// where the remote's sessions see it.
+	ns := strconv.Itoa(r.Remote.cmd.Process.Pid)
+	if out, err := exec.Command("nsenter", "-t", ns, "-m", "mount", "-t", "tmpfs", "-o", "size=1m", "postern-test-full", cache).CombinedOutput(); err != nil {
 		t.Fatalf("mount a small tmpfs for the remote's cache: %v: %s", err, out)
 	}
-	t.Cleanup(func() { _ = exec.Command("umount", "-l", cache).Run() })
+	t.Cleanup(func() { _ = exec.Command("nsenter", "-t", ns, "-m", "umount", "-l", cache).Run() })
 	repo := newRepo(t, r.C, "proj")
 	rnd := make([]byte, 3<<20)
 	_, _ = rand.Read(rnd)
