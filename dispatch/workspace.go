@@ -113,6 +113,7 @@ type stepper func(ctx context.Context, req agent.WorkspaceRequest, upload io.Rea
 func shipWorkspace(ctx context.Context, store *records.Store, run *records.Run, src *workspace.Source, progress io.Writer, where string, step stepper, objects string) (string, error) {
 	// objects: an object directory that has the history already (no bundle).
 	ws := run.Workspace
+	ws.ShipStartedAt = time.Now().UTC()
 	req := wsRequest(run, agent.WorkspaceInspect)
 	if !src.Plain {
 		req.Key = src.Key
@@ -269,6 +270,9 @@ func fetchWorkspace(ctx context.Context, store *records.Store, run *records.Run,
 	ws := run.Workspace
 	ws.FetchStartedAt = time.Now().UTC()
 	err := collectAndImport(ctx, run, step)
+	if err == nil {
+		ws.FetchedAt = time.Now().UTC()
+	}
 	if err == nil && !ws.Keep {
 		if remove != nil {
 			_, err = remove(ctx, wsRequest(run, agent.WorkspaceRemove), nil, nil)

@@ -40,8 +40,10 @@ type Workspace struct {
 	Bundled int64 `json:"bundled,omitempty"`
 	// ShippedAt is when shipping ended (before the command started);
 	// FetchStartedAt when fetching began (after it ended).
+	ShipStartedAt  time.Time `json:"ship_started_at,omitzero"`
 	ShippedAt      time.Time `json:"shipped_at,omitzero"`
 	FetchStartedAt time.Time `json:"fetch_started_at,omitzero"`
+	FetchedAt      time.Time `json:"fetched_at,omitzero"` // when the result was home
 	Error          string    `json:"error,omitempty"`
 	// Keep keeps the copy on the machine once the result is home
 	// (--keep-workspace); MaxResult bounds the result (--max-result).

@@ -184,7 +184,7 @@ func runRecord(t testing.TB, c *controller, id string) records.Run {
 
 // workspaceLab is a remote machine, measured, and a repository of the
 // person's in a subdirectory of their home.
-func workspaceLab(t *testing.T) *remoteLab {
+func workspaceLab(t testing.TB) *remoteLab {
 	t.Helper()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatalf("git is needed for workspace tests (apt-get install git): %v", err)
