@@ -82,7 +82,7 @@ func planWorkspace(ctx context.Context, spec Spec, m machine.Machine, run *recor
 	if err != nil {
 		return nil, err
 	}
-	ws := &records.Workspace{Mode: "git", Repo: src.Root, Subdir: src.Subdir, Base: src.Base, Branch: src.Branch,
+	ws := &records.Workspace{Mode: "git", Repo: src.Root, Subdir: src.Subdir, Base: src.Base, Branch: src.Branch, Key: src.Key,
 		Keep: spec.Workspace.Keep, MaxResult: spec.Workspace.MaxResult}
 	switch {
 	case src.Plain:
@@ -100,7 +100,7 @@ func planWorkspace(ctx context.Context, spec Spec, m machine.Machine, run *recor
 // request is the workspace request for run.
 func wsRequest(run *records.Run, op string) agent.WorkspaceRequest {
 	ws := run.Workspace
-	return agent.WorkspaceRequest{Op: op, RunID: run.ID, Base: ws.Base, Branch: ws.Branch, Plain: ws.Mode == "plain", MaxResult: ws.MaxResult}
+	return agent.WorkspaceRequest{Op: op, RunID: run.ID, Key: ws.Key, Base: ws.Base, Branch: ws.Branch, Plain: ws.Mode == "plain", MaxResult: ws.MaxResult}
 }
 
 // stepper does one workspace step on a machine.
@@ -279,7 +279,7 @@ func fetchWorkspace(ctx context.Context, store *records.Store, run *records.Run,
 		} else {
 			places, perr := workspace.DefaultPlaces()
 			if err = perr; err == nil {
-				_, err = workspace.Remove(places, run.ID)
+				_, err = workspace.Remove(places, run.ID, ws.Key)
 			}
 		}
 		if err == nil {
@@ -375,7 +375,7 @@ func ServeAgentWorkspace(ctx context.Context, req agent.WorkspaceRequest, upload
 	case agent.WorkspaceCollect:
 		return workspace.Collect(ctx, places, req, download)
 	case agent.WorkspaceRemove:
-		return workspace.Remove(places, req.RunID)
+		return workspace.Remove(places, req.RunID, req.Key)
 	}
 	return nil, fmt.Errorf("unknown workspace step %q", req.Op)
 }

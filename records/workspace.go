@@ -16,6 +16,8 @@ type Workspace struct {
 	// Branch the caller's branch then ("" : detached).
 	Base   string `json:"base,omitempty"`
 	Branch string `json:"branch,omitempty"`
+	// Key names the repository's cache on machines.
+	Key string `json:"key,omitempty"`
 	// Dir is the run's copy on its machine.
 	Dir string `json:"dir,omitempty"`
 	// State is WorkspaceShipped while the copy is on the machine,

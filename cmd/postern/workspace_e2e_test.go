@@ -326,9 +326,11 @@ date +%s%N > ../.ended
 
 	// A second run after a one-file change sends no history, only the
 	// changed files.
+	// Its copy is the first run's, reset: nothing of what that run left.
 	wsWrite(t, filepath.Join(repo, "sub", "notes.txt"), "untracked, changed\n", 0o644)
-	stdout, stderr, code = r.C.posternIn(t, repo, "run", "--machine", "far", "--", "cat", "sub/notes.txt")
-	if code != 0 || stdout != "untracked, changed\n" {
+	wantStatus = gitIn(t, repo, "status", "--porcelain", "-z", "--untracked-files=all")
+	stdout, stderr, code = r.C.posternIn(t, repo, "run", "--machine", "far", "--", "sh", "-c", "cat sub/notes.txt; git status --porcelain -z --untracked-files=all >&2")
+	if code != 0 || stdout != "untracked, changed\n" || !strings.HasPrefix(stderr, wantStatus) {
 		t.Fatalf("second run: exit %d, stdout %q, stderr %s", code, stdout, stderr)
 	}
 	second := lastRun(t, r.C).Workspace
@@ -507,6 +509,16 @@ rm -f "$M"/*
 	// The commit only the run's other branch holds never came.
 	if err := exec.Command("git", "-C", repo, "cat-file", "-e", "refs/heads/other").Run(); err == nil {
 		t.Fatal("the run's other branch reached the caller")
+	}
+	// The next run of the repository, in the hostile run's copy reset,
+	// finds none of it: its hooks, its config, its files.
+	stdout, stderr, code = r.C.posternIn(t, repo, "run", "--machine", "far", "--", "sh", "-c",
+		"git status --porcelain --untracked-files=all; ls -A; ls .git/hooks | grep -v sample; git config --local --list | grep -c evil")
+	if code != 1 || stdout != ".git\nf\n0\n" {
+		t.Fatalf("the run after a hostile one: exit %d, stdout %q (want a clean copy: .git and f, no evil config), stderr %s", code, stdout, stderr)
+	}
+	if ents, _ := os.ReadDir(markers); len(ents) != 0 {
+		t.Fatalf("something the hostile run planted ran in the next run's shipping: %v", ents)
 	}
 }
 
@@ -723,5 +735,61 @@ func TestWorkspaceLocalCopies(t *testing.T) {
 	slices.Sort(files)
 	if files[0] != "f\none.txt\nwip.txt" || files[1] != "f\ntwo.txt\nwip.txt" {
 		t.Fatalf("results: %q", files)
+	}
+}
+
+// The connection cut while the work is shipped: the run fails saying so,
+// its command never starts, no half copy is left behind, and the next run
+// ships again and works.
+func TestWorkspaceShipCutThenRunAgain(t *testing.T) {
+	r := workspaceLab(t)
+	repo := newRepo(t, r.C, "proj")
+	rnd := make([]byte, 20<<20)
+	_, _ = rand.Read(rnd)
+	wsWrite(t, filepath.Join(repo, "noise.bin"), string(rnd), 0o644)
+	gitIn(t, repo, "add", "noise.bin")
+	gitIn(t, repo, "commit", "-qm", "20 MB of noise")
+	runs := filepath.Join(r.Remote.Home, ".local", "share", "postern", "workspaces")
+	incoming := filepath.Join(runs, ".incoming-*", "history.bundle")
+	stop := make(chan struct{})
+	cut := make(chan bool, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				cut <- false
+				return
+			default:
+			}
+			if m, _ := filepath.Glob(incoming); len(m) > 0 {
+				for _, pid := range sshdTree(r.Remote.cmd.Process.Pid)[1:] {
+					syscall.Kill(pid, syscall.SIGKILL)
+				}
+				cut <- true
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	marker := filepath.Join(r.Remote.Home, "ran")
+	_, stderr, code := r.C.posternIn(t, repo, "run", "--machine", "far", "--", "touch", marker)
+	close(stop)
+	if !<-cut {
+		t.Fatalf("the shipment was never seen; exit %d, stderr %q", code, stderr)
+	}
+	if code == 0 || !strings.Contains(stderr, "ship the work to machine far") {
+		t.Fatalf("cut shipment: exit %d, stderr %q", code, stderr)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command ran after a cut shipment")
+	}
+	// The agent, its session gone, removes what it had made.
+	waitUntil(t, 15*time.Second, "the half copy to be removed", func() bool {
+		ents, _ := os.ReadDir(runs)
+		return len(ents) == 0
+	})
+	sum := sha256.Sum256(rnd)
+	if out, stderr, code := r.C.posternIn(t, repo, "run", "--machine", "far", "--", "sh", "-c", "sha256sum noise.bin"); code != 0 || !strings.HasPrefix(out, hex.EncodeToString(sum[:])) {
+		t.Fatalf("the run after: exit %d, stdout %q, stderr %q; want the noise's sha256", code, out, stderr)
 	}
 }

@@ -136,8 +136,16 @@ func Prepare(ctx context.Context, p Places, req agent.WorkspaceRequest, upload i
 	if err := os.MkdirAll(p.Runs, 0o700); err != nil {
 		return nil, diskFull(p.Runs, err)
 	}
-	if err := os.Mkdir(run, 0o700); err != nil {
-		return nil, diskFull(run, fmt.Errorf("make the run's work tree: %w", err))
+	if _, err := os.Lstat(run); err == nil {
+		return nil, fmt.Errorf("the run's work tree %s is there already", run)
+	}
+	// A spare copy of an earlier run of the repository is reset rather than
+	// a whole tree checked out again (see Remove).
+	spare := !req.Plain && req.Key != "" && p.takeSpare(req.Key, run)
+	if !spare {
+		if err := os.Mkdir(run, 0o700); err != nil {
+			return nil, diskFull(run, fmt.Errorf("make the run's work tree: %w", err))
+		}
 	}
 	ok := false
 	defer func() {
@@ -185,7 +193,16 @@ func Prepare(ctx context.Context, p Places, req agent.WorkspaceRequest, upload i
 			}
 			objects = filepath.Join(cache, "objects")
 		}
-		if err := makeTree(ctx, run, objects, req); err != nil {
+		err := makeTree(ctx, run, objects, req, spare)
+		if err != nil && spare {
+			// A spare that will not reset is dropped for a fresh tree.
+			if err = os.RemoveAll(run); err == nil {
+				if err = os.Mkdir(run, 0o700); err == nil {
+					err = makeTree(ctx, run, objects, req, false)
+				}
+			}
+		}
+		if err != nil {
 			return nil, diskFull(run, err)
 		}
 	}
@@ -254,7 +271,18 @@ func ensureCache(ctx context.Context, cache string) error {
 
 // makeTree makes the run's repository at run: its objects borrowed from
 // objects, HEAD at the base on the person's branch, the base checked out.
-func makeTree(ctx context.Context, run, objects string, req agent.WorkspaceRequest) error {
+//
+// With reuse, run is a spare copy an earlier run left: every .git in it
+// is removed first (nothing of the earlier run's repository is kept or
+// obeyed), and the tree is then brought to the base by git, which hashes
+// every file against the base, rewrites those that differ and removes
+// everything else, ignored files and repositories included.
+func makeTree(ctx context.Context, run, objects string, req agent.WorkspaceRequest, reuse bool) error {
+	if reuse {
+		if err := removeGitDirs(run); err != nil {
+			return err
+		}
+	}
 	branch := req.Branch
 	if branch == "" {
 		branch = "main"
@@ -288,17 +316,97 @@ func makeTree(ctx context.Context, run, objects string, req agent.WorkspaceReque
 	} else if _, err := g.out(ctx, nil, "update-ref", "--no-deref", "HEAD", req.Base); err != nil {
 		return fmt.Errorf("the base %s is not in the machine's copy of the history: %w", req.Base, err)
 	}
+	if reuse {
+		if _, err := g.out(ctx, nil, "read-tree", "HEAD"); err != nil {
+			return err
+		}
+		// Exit status 1 is "needs update": the files reset rewrites.
+		if _, err := g.out(ctx, nil, "-c", "core.autocrlf=false", "update-index", "-q", "--refresh"); err != nil {
+			var ge *GitError
+			if !asGitError(err, &ge) {
+				return err
+			}
+		}
+	}
 	if _, err := g.out(ctx, nil, "-c", "core.autocrlf=false", "reset", "-q", "--hard", "HEAD"); err != nil {
 		return fmt.Errorf("check out the base: %w", err)
+	}
+	if reuse {
+		if _, err := g.out(ctx, nil, "clean", "-ffdxq"); err != nil {
+			return fmt.Errorf("clean the spare copy: %w", err)
+		}
 	}
 	return nil
 }
 
-// Remove removes the run's work tree.
-func Remove(p Places, runID string) (*agent.WorkspaceResult, error) {
+// removeGitDirs removes every .git in the tree at root, never following a
+// link, and every file that is a hard link (a name for a file elsewhere,
+// which a later run's write would reach) or has a set-id bit: git checks
+// those out again as new files.
+func removeGitDirs(root string) error {
+	return filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			if st, err := os.Lstat(p); err == nil {
+				sys, _ := st.Sys().(*syscall.Stat_t)
+				if (sys != nil && sys.Nlink > 1) || st.Mode()&(os.ModeSetuid|os.ModeSetgid|os.ModeSticky) != 0 {
+					return os.Remove(p)
+				}
+			}
+			return nil
+		}
+		if d.Name() == ".git" && p != root {
+			if err := os.RemoveAll(p); err != nil {
+				return err
+			}
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+		}
+		return nil
+	})
+}
+
+// maxSpares is how many spare copies of one repository a machine keeps.
+const maxSpares = 1
+
+func (p Places) sparePrefix(key string) string { return filepath.Join(p.Runs, ".spare-"+key+"-") }
+
+// takeSpare moves a spare copy of the repository key to run, if there is
+// one: a rename, so that two runs never take the same.
+func (p Places) takeSpare(key, run string) bool {
+	if !keyPattern.MatchString(key) {
+		return false
+	}
+	spares, _ := filepath.Glob(p.sparePrefix(key) + "*")
+	for _, s := range spares {
+		if os.Rename(s, run) == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// Remove removes the run's work tree. With the repository's key, a run's
+// tree is kept as the repository's spare copy if it has none: the next run
+// of the repository resets it instead of checking out every file (see
+// makeTree).
+func Remove(p Places, runID, key string) (*agent.WorkspaceResult, error) {
 	run, err := p.RunDir(runID)
 	if err != nil {
 		return nil, err
+	}
+	if keyPattern.MatchString(key) {
+		if spares, _ := filepath.Glob(p.sparePrefix(key) + "*"); len(spares) < maxSpares {
+			var rnd [6]byte
+			_, _ = rand.Read(rnd[:])
+			if os.Rename(run, p.sparePrefix(key)+hex.EncodeToString(rnd[:])) == nil {
+				_ = os.Remove(p.shippedFile(runID))
+				return &agent.WorkspaceResult{Dir: run}, nil
+			}
+		}
 	}
 	if err := os.RemoveAll(run); err != nil {
 		return nil, fmt.Errorf("remove the run's work tree %s: %w", run, err)
