@@ -165,7 +165,9 @@ func generateRepo(b testing.TB, repo string) int {
 	gitIn(b, repo, "config", "gc.auto", "0")
 	rng := rand.New(rand.NewChaCha8([32]byte{'p', 'o', 's', 't', 'e', 'r', 'n'}))
 	const files = 5000
-	name := func(i int) string { return filepath.Join(repo, fmt.Sprintf("d%02d", i/100), fmt.Sprintf("f%04d.txt", i)) }
+	name := func(i int) string {
+		return filepath.Join(repo, fmt.Sprintf("d%02d", i/100), fmt.Sprintf("f%04d.txt", i))
+	}
 	write := func(i, size int) {
 		buf := make([]byte, size)
 		for j := range buf {
