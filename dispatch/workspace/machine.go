@@ -54,6 +54,11 @@ func (p Places) RunDir(runID string) (string, error) {
 	return filepath.Join(p.Runs, runID), nil
 }
 
+// indexFile holds an index of the run's copy made by Collect.
+func (p Places) indexFile(runID string) string {
+	return filepath.Join(p.Runs, "."+runID+".index")
+}
+
 // shippedFile holds the tree of a run's copy as shipped.
 func (p Places) shippedFile(runID string) string {
 	return filepath.Join(p.Runs, "."+runID+".shipped")
@@ -316,7 +321,15 @@ func makeTree(ctx context.Context, run, objects string, req agent.WorkspaceReque
 	} else if _, err := g.out(ctx, nil, "update-ref", "--no-deref", "HEAD", req.Base); err != nil {
 		return fmt.Errorf("the base %s is not in the machine's copy of the history: %w", req.Base, err)
 	}
-	if reuse {
+	spareIndex := run + ".spare-index"
+	defer os.Remove(spareIndex)
+	if b, err := os.ReadFile(spareIndex); reuse && err == nil {
+		// The index Collect made of this tree: reset compares each file's
+		// stat with it and rewrites only those that differ from the base.
+		if err := os.WriteFile(filepath.Join(run, ".git", "index"), b, 0o600); err != nil {
+			return err
+		}
+	} else if reuse {
 		if _, err := g.out(ctx, nil, "read-tree", "HEAD"); err != nil {
 			return err
 		}
@@ -382,7 +395,12 @@ func (p Places) takeSpare(key, run string) bool {
 	}
 	spares, _ := filepath.Glob(p.sparePrefix(key) + "*")
 	for _, s := range spares {
+		if strings.HasSuffix(s, ".index") {
+			continue
+		}
 		if os.Rename(s, run) == nil {
+			// Its index, if Collect made one, goes with it.
+			_ = os.Rename(s+".index", run+".spare-index")
 			return true
 		}
 	}
@@ -402,8 +420,10 @@ func Remove(p Places, runID, key string) (*agent.WorkspaceResult, error) {
 		if spares, _ := filepath.Glob(p.sparePrefix(key) + "*"); len(spares) < maxSpares {
 			var rnd [6]byte
 			_, _ = rand.Read(rnd[:])
-			if os.Rename(run, p.sparePrefix(key)+hex.EncodeToString(rnd[:])) == nil {
+			spare := p.sparePrefix(key) + hex.EncodeToString(rnd[:])
+			if os.Rename(run, spare) == nil {
 				_ = os.Remove(p.shippedFile(runID))
+				_ = os.Rename(p.indexFile(runID), spare+".index")
 				return &agent.WorkspaceResult{Dir: run}, nil
 			}
 		}
@@ -411,8 +431,10 @@ func Remove(p Places, runID, key string) (*agent.WorkspaceResult, error) {
 	if err := os.RemoveAll(run); err != nil {
 		return nil, fmt.Errorf("remove the run's work tree %s: %w", run, err)
 	}
-	if err := os.Remove(p.shippedFile(runID)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, err
+	for _, f := range []string{p.shippedFile(runID), p.indexFile(runID)} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
 	}
 	return &agent.WorkspaceResult{Dir: run}, nil
 }

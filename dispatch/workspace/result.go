@@ -92,6 +92,12 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	if err != nil {
 		return nil, diskFull(run, err)
 	}
+	// This index was made here, from the files as the run left them: kept
+	// beside the copy, it lets a spare copy be reset without hashing every
+	// file again (see makeTree). The run's own index is never used for it.
+	if b, err := os.ReadFile(filepath.Join(tmp, "index")); err == nil {
+		_ = os.WriteFile(p.indexFile(req.RunID), b, 0o600)
+	}
 	headTree := emptyTree
 	if head != "" {
 		if headTree, err = g.line(ctx, "rev-parse", head+"^{tree}"); err != nil {
