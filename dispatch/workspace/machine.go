@@ -230,6 +230,13 @@ func Prepare(ctx context.Context, p Places, req agent.WorkspaceRequest, upload i
 		if err := os.WriteFile(p.shippedFile(req.RunID), []byte(tree+"\n"), 0o600); err != nil {
 			return nil, diskFull(p.Runs, err)
 		}
+		// Its index too, made here before the run: Collect starts from it
+		// and hashes only the files whose stat the run changed.
+		if b, err := os.ReadFile(filepath.Join(tmp, "shipped-index")); err == nil {
+			if err := os.WriteFile(p.indexFile(req.RunID), b, 0o600); err != nil {
+				return nil, diskFull(p.Runs, err)
+			}
+		}
 	}
 	ok = true
 	return &agent.WorkspaceResult{Dir: run}, nil

@@ -76,8 +76,18 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 		"GIT_COMMITTER_NAME=postern", "GIT_COMMITTER_EMAIL=postern@localhost",
 		"GIT_AUTHOR_DATE=" + when, "GIT_COMMITTER_DATE=" + when,
 	}}
-	// What is left uncommitted, in an index of postern's own.
-	if head != "" {
+	// What is left uncommitted, in an index of postern's own: HEAD's
+	// tree, with the stat of each file as postern last hashed it (the index
+	// made when the copy was shipped, or by an earlier collect), so that
+	// only the files the run touched are read.
+	if b, rerr := os.ReadFile(p.indexFile(req.RunID)); rerr == nil && head != "" {
+		if err = os.WriteFile(filepath.Join(tmp, "index"), b, 0o600); err == nil {
+			if _, err = g.out(ctx, nil, "read-tree", "-m", head); err != nil {
+				_ = os.Remove(filepath.Join(tmp, "index"))
+				_, err = g.out(ctx, nil, "read-tree", head)
+			}
+		}
+	} else if head != "" {
 		_, err = g.out(ctx, nil, "read-tree", head)
 	} else {
 		_, err = g.out(ctx, nil, "read-tree", "--empty")
