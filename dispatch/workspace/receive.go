@@ -77,20 +77,20 @@ func Import(ctx context.Context, root, runID, base string, res *agent.WorkspaceR
 			return nil, fmt.Errorf("unpack the run's result: %w", err)
 		}
 	}
-	if typ, err := g.line(ctx, "cat-file", "-t", res.Result); err != nil || typ != "commit" {
-		return nil, fmt.Errorf("the run's result %s is not a commit in this repository (%v)", res.Result, err)
-	}
 	branch := Branch(runID)
 	ref := "refs/heads/" + branch
-	if cur, err := g.line(ctx, "rev-parse", "-q", "--verify", ref); err == nil && cur != "" {
-		if cur == res.Result {
-			return &Imported{Branch: branch, Commit: res.Result, Descends: descends(ctx, g, base, res.Result)}, nil
-		}
-		return nil, fmt.Errorf("%w: %s is at %s, the run's result is %s; nothing was changed", ErrBranchExists, branch, cur, res.Result)
-	}
-	// Created only if absent, atomically (a lock file renamed into place).
+	// Created only if absent, atomically (a lock file renamed into place);
+	// git refuses a name of no object, or of one that is not a commit.
 	if _, err := g.out(ctx, nil, "update-ref", "-m", "postern: result of run "+runID, ref, res.Result, ""); err != nil {
-		return nil, fmt.Errorf("make the branch %s: %w", branch, err)
+		cur, cerr := g.line(ctx, "rev-parse", "-q", "--verify", ref)
+		switch {
+		case cerr == nil && cur == res.Result:
+			// Made by an earlier fetch of this result.
+		case cerr == nil && cur != "":
+			return nil, fmt.Errorf("%w: %s is at %s, the run's result is %s; nothing was changed", ErrBranchExists, branch, cur, res.Result)
+		default:
+			return nil, fmt.Errorf("make the branch %s: %w", branch, err)
+		}
 	}
 	return &Imported{Branch: branch, Commit: res.Result, Descends: descends(ctx, g, base, res.Result)}, nil
 }

@@ -55,7 +55,14 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 		head = h
 	}
 	collect := filepath.Join(tmp, "collect.git")
-	if _, err := (git{clean: true}).out(ctx, nil, "-c", "init.defaultBranch=postern", "init", "-q", "--bare", collect); err != nil {
+	// A bare repository is HEAD, objects and refs: made here, not by a
+	// git process of its own.
+	for _, d := range []string{"objects/info", "refs/postern"} {
+		if err := os.MkdirAll(filepath.Join(collect, d), 0o700); err != nil {
+			return nil, diskFull(tmp, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(collect, "HEAD"), []byte("ref: refs/heads/postern\n"), 0o600); err != nil {
 		return nil, diskFull(tmp, err)
 	}
 	objects, err := filepath.Abs(filepath.Join(run, ".git", "objects"))
@@ -137,12 +144,8 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 		return res, nil // nothing changed
 	}
 	res.Changed = true
-	if req.Base == "" {
-		res.Descends = true
-	} else if res.Descends, err = g.ok(ctx, "merge-base", "--is-ancestor", req.Base, result); err != nil {
-		// The base is gone from the run's copy: the result's history is its own.
-		res.Descends = false
-	}
+	// Whether the result descends from the base is asked at home, of the
+	// caller's own repository.
 	count := []string{"rev-list", "--count", result}
 	if req.Base != "" {
 		count = append(count, "^"+req.Base)
@@ -150,17 +153,21 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	if n, err := g.line(ctx, count...); err == nil {
 		res.Commits, _ = strconv.Atoi(n)
 	}
-	if _, err := g.out(ctx, nil, "update-ref", resultRef, result); err != nil {
-		return nil, diskFull(run, err)
+	if err := os.WriteFile(filepath.Join(collect, filepath.FromSlash(resultRef)), []byte(result+"\n"), 0o600); err != nil {
+		return nil, diskFull(tmp, err)
 	}
 	bundle := filepath.Join(tmp, "result.bundle")
 	args := []string{"bundle", "create", "-q", bundle, resultRef}
+	err = nil
 	if req.Base != "" {
-		if ok, _ := g.ok(ctx, "cat-file", "-e", req.Base+"^{commit}"); ok {
-			args = append(args, "^"+req.Base)
-		}
+		_, err = g.out(ctx, nil, append(args, "^"+req.Base)...)
 	}
-	if _, err := g.out(ctx, nil, args...); err != nil {
+	if req.Base == "" || (err != nil && !strings.Contains(err.Error(), "empty bundle")) {
+		// No base, or the run's copy lost it: the whole history.
+		_ = os.Remove(bundle)
+		_, err = g.out(ctx, nil, args...)
+	}
+	if err != nil {
 		var ge *GitError
 		if asGitError(err, &ge) && strings.Contains(ge.Stderr, "empty bundle") {
 			return res, nil // the result is in the base's history: nothing to send
