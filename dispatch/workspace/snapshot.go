@@ -2,7 +2,6 @@ package workspace
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -255,20 +254,4 @@ func makeParents(root, name string) error {
 		}
 	}
 	return nil
-}
-
-// listSnapshot reads a snapshot's names, for tests and messages.
-func listSnapshot(b []byte) ([]string, error) {
-	tr := tar.NewReader(bytes.NewReader(b))
-	var names []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return names, nil
-		}
-		if err != nil {
-			return names, err
-		}
-		names = append(names, h.Name)
-	}
 }
