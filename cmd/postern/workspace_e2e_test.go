@@ -793,3 +793,37 @@ func TestWorkspaceShipCutThenRunAgain(t *testing.T) {
 		t.Fatalf("the run after: exit %d, stdout %q, stderr %q; want the noise's sha256", code, out, stderr)
 	}
 }
+
+// A run lost mid-way (its connection cut): its copy stays on the machine,
+// machine show lists it, and runs fetch brings home what it had done.
+func TestWorkspaceLostRunFetchedLater(t *testing.T) {
+	r := workspaceLab(t)
+	repo := newRepo(t, r.C, "proj")
+	wsWrite(t, filepath.Join(repo, "f"), "base\n", 0o644)
+	gitIn(t, repo, "add", "f")
+	gitIn(t, repo, "commit", "-qm", "base")
+	copies := filepath.Join(r.Remote.Home, ".local", "share", "postern", "workspaces", "*", "partial.txt")
+	done := make(chan struct{})
+	var stderr string
+	var code int
+	go func() {
+		defer close(done)
+		_, stderr, code = r.C.posternIn(t, repo, "run", "--machine", "far", "--", "sh", "-c", "echo partial > partial.txt; sleep 60")
+	}()
+	waitUntil(t, 60*time.Second, "the run to write partial.txt", func() bool { m, _ := filepath.Glob(copies); return len(m) == 1 })
+	for _, pid := range sshdTree(r.Remote.cmd.Process.Pid)[1:] {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	<-done
+	run := lastRun(t, r.C)
+	if code == 0 || run.State != records.StateLost || run.Workspace.State != records.WorkspaceKept {
+		t.Fatalf("lost run: exit %d, state %s, workspace %+v, stderr %q", code, run.State, run.Workspace, stderr)
+	}
+	if show := r.C.mustPostern(t, "machine", "show", "far"); !strings.Contains(show, run.ID) {
+		t.Fatalf("machine show does not list the lost run's copy:\n%s", show)
+	}
+	r.C.mustPostern(t, "runs", "fetch", run.ID)
+	if got := gitIn(t, repo, "show", "postern/"+run.ID+":partial.txt"); got != "partial\n" {
+		t.Fatalf("partial.txt in the lost run's result: %q", got)
+	}
+}

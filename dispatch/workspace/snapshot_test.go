@@ -185,3 +185,12 @@ func FuzzParseBundleHeader(f *testing.F) {
 		}
 	})
 }
+
+// A machine without git is told what to install.
+func TestInspectWithoutGit(t *testing.T) {
+	t.Setenv("PATH", t.TempDir())
+	_, err := Inspect(context.Background(), Places{Cache: t.TempDir(), Runs: t.TempDir()}, "")
+	if err == nil || !strings.Contains(err.Error(), "install git") || !strings.Contains(err.Error(), "--workspace none") {
+		t.Fatalf("Inspect without git: %v", err)
+	}
+}
