@@ -271,13 +271,13 @@ func (r *FleetRunner) spec(a fleet.Attempt) Spec {
 		spec.Container.Image = a.Task.Container
 	}
 	spec.Stdin = nil
-	if a.Machine.IsLocal() {
-		spec.Dir = r.Dir
-		if a.Task.Dir != "" {
-			spec.Dir = filepath.Join(r.Dir, a.Task.Dir)
-		}
+	// Where the command starts; on a remote machine, where in the work
+	// its workspace takes along it starts.
+	spec.Dir = r.Dir
+	if a.Task.Dir != "" {
+		spec.Dir = filepath.Join(r.Dir, a.Task.Dir)
 	}
-	attemptWorkspace(&spec, r.InWorkTree)
+	attemptWorkspace(&spec, a.Machine.IsLocal(), r.InWorkTree)
 	if r.Prepare != nil {
 		r.Prepare(&spec, a)
 	}

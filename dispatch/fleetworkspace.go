@@ -10,24 +10,26 @@ import (
 )
 
 // A dispatch started inside a git work tree gives each attempt a copy of the
-// work of its own and brings its result home as a branch (DESIGN.md,
-// "Workspaces"). These two functions are where a dispatch meets the
-// workspaces: attemptWorkspace chooses an attempt's workspace, resultBranch
-// reads the branch its run brought home (RunExited's Branch). Until runs
-// carry workspaces, an attempt runs where 'postern run' would, and brings
-// no branch.
+// work of its own and brings its result home as branch postern/RUN
+// (DESIGN.md, "Workspaces"): two tasks never share a work tree, local ones
+// included.
 
-// attemptWorkspace sets the workspace of an attempt's run, for a dispatch
-// started in a git work tree (inWorkTree).
-func attemptWorkspace(spec *Spec, inWorkTree bool) {
-	_ = spec
-	_ = inWorkTree
+// attemptWorkspace sets the workspace of an attempt's run: a remote run
+// takes the work tree along as any run does (WorkspaceAuto); a local one, in
+// a dispatch started in a git work tree, works in a fresh copy of it
+// (WorkspaceCopy) rather than in the work tree itself.
+func attemptWorkspace(spec *Spec, local, inWorkTree bool) {
+	if local && inWorkTree && spec.Workspace.Mode == "" {
+		spec.Workspace.Mode = WorkspaceCopy
+	}
 }
 
 // resultBranch is the branch a run's result came home as, if any.
 func resultBranch(run *records.Run) string {
-	_ = run
-	return ""
+	if run.Workspace == nil {
+		return ""
+	}
+	return run.Workspace.ResultBranch
 }
 
 // InWorkTree reports whether dir is inside a git work tree, by git's own

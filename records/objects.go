@@ -75,6 +75,8 @@ type Run struct {
 	Network string `json:"network,omitempty"`
 	// Seal says, for a policy with guardrails, whether their seal held.
 	Seal *Seal `json:"seal,omitempty"`
+	// Workspace is the copy of the caller's work the run worked in.
+	Workspace *Workspace `json:"workspace,omitempty"`
 }
 
 // Seal is whether a run's policy's guardrail seal held: the lane can seal

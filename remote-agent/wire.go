@@ -245,6 +245,8 @@ type Request struct {
 	Run  *RunRequest `json:"run,omitempty"`
 	// Probe: the machine's name in the controller's inventory.
 	Name string `json:"name,omitempty"`
+	// Workspace: one step of a run's workspace (see workspace.go).
+	Workspace *WorkspaceRequest `json:"workspace,omitempty"`
 }
 
 // Request kinds.
@@ -307,4 +309,6 @@ type Exit struct {
 	// Writes says what became of the run's writes on the remote machine
 	// that did not reach it as written (see records.Run).
 	Writes []string `json:"writes,omitempty"`
+	// Workspace is what a workspace step found or made.
+	Workspace *WorkspaceResult `json:"workspace,omitempty"`
 }

@@ -835,3 +835,80 @@ task "sealed" {
 		t.Fatalf("container task on a remote pool: exit %d\n%s\n%s", bad.Code, bad.Stdout, bad.Stderr)
 	}
 }
+
+// A dispatch started in a git work tree: every task works in a copy of its
+// own, local ones included (two local tasks side by side never see each
+// other's files), and each result comes home as its own branch, with the
+// caller's work tree left as it was.
+func TestDispatchWorkspaces(t *testing.T) {
+	f := newFleetLab(t, 1)
+	c := f.C
+	c.mustPostern(t, "machine", "probe-confinement", "local")
+	repo := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command("git", append([]string{"-C", repo}, args...)...)
+		cmd.Env = append(c.env(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	git("init", "-q", "-b", "main")
+	if err := os.WriteFile(filepath.Join(repo, "base.txt"), []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	git("add", "base.txt")
+	git("commit", "-q", "-m", "base")
+	step := `test -e base.txt && test ! -e out.txt && sleep 1 && test ! -e out.txt && echo "$WHO" > out.txt`
+	src := "per_machine = 2\n"
+	for _, who := range []string{"near1", "near2"} {
+		src += fmt.Sprintf("task %q {\n  command = [\"sh\", \"-c\", %q]\n  machines = [\"local\"]\n  env = { WHO = %q }\n}\n", who, step, who)
+	}
+	src += fmt.Sprintf("task \"far\" {\n  command = [\"sh\", \"-c\", %q]\n  machines = [\"m1\"]\n  env = { WHO = \"far\" }\n}\n", step)
+	tasks := filepath.Join(t.TempDir(), "tasks.hcl")
+	if err := os.WriteFile(tasks, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, posternBin, "dispatch", tasks)
+	cmd.Env, cmd.Dir = c.env(), repo
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("dispatch in a work tree: %v\n%s", err, out)
+	}
+	t.Logf("dispatch in a work tree:\n%s", out)
+	rec := dispatchRecord(t, c, dispatchID(t, string(out)))
+	rs := dispatchRuns(t, c, rec.ID)
+	if len(rs) != 3 {
+		t.Fatalf("%d runs, want 3", len(rs))
+	}
+	local := 0
+	for _, r := range rs {
+		if r.Machine == "local" {
+			local++
+		}
+	}
+	if n := maxOverlap(rs, "local"); local != 2 || n != 2 {
+		t.Fatalf("the two local tasks did not run side by side (%d local runs, %d at once)", local, n)
+	}
+	for _, tr := range rec.Tasks {
+		if tr.State != fleet.Exited || tr.Branch == "" || !strings.HasPrefix(tr.Branch, "postern/") {
+			t.Fatalf("task %s: %s, branch %q (%s)", tr.Name, tr.State, tr.Branch, tr.Why)
+		}
+		if got := git("show", tr.Branch+":out.txt"); got != tr.Name+"\n" {
+			t.Fatalf("branch %s of task %s holds out.txt %q", tr.Branch, tr.Name, got)
+		}
+		if !regexp.MustCompile(`(?m)^` + tr.Name + `\s.*\s` + regexp.QuoteMeta(tr.Branch) + `\s`).Match(out) {
+			t.Fatalf("the summary does not name task %s's branch %s:\n%s", tr.Name, tr.Branch, out)
+		}
+	}
+	if st := git("status", "--porcelain"); st != "" {
+		t.Fatalf("the caller's work tree changed: %q", st)
+	}
+	if _, err := os.Stat(filepath.Join(repo, "out.txt")); err == nil {
+		t.Fatal("a task wrote into the caller's work tree")
+	}
+}

@@ -173,7 +173,10 @@ func init() {
 			if showJSON {
 				return writeJSON(os.Stdout, v)
 			}
-			return printMachine(v)
+			if err := printMachine(v); err != nil {
+				return err
+			}
+			return printKeptWorkspaces(os.Stdout, store, mm.Name)
 		},
 	}
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")

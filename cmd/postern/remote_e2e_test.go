@@ -138,6 +138,9 @@ func (c *controller) postern(t testing.TB, args ...string) (stdout, stderr strin
 	cmd := exec.CommandContext(ctx, posternBin, args...)
 	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.Env = c.env()
+	// The person's home, not this source tree: a run started in a git work
+	// tree would take it along (see workspace_e2e_test.go).
+	cmd.Dir = c.Home
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {

@@ -89,6 +89,9 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 			if !quiet {
 				spec.OnEvent = func(ev door.Event) { printDenial(os.Stderr, ev) }
 			}
+			if err := workspaceFlags(&spec.Workspace, &runWorkspace); err != nil {
+				return &exitError{2, err}
+			}
 			// Signals reach the run through spec.Signals; they must not also cancel it.
 			run, err := dispatch.Run(context.WithoutCancel(cmd.Context()), store, spec)
 			var ref *carry.Refusal
@@ -113,6 +116,7 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 				fmt.Fprintf(os.Stderr, "postern: run %s: %d events over the rate of %d a second were counted, not stored\n",
 					run.ID, run.EventsDropped, records.DefaultEventRate)
 			}
+			printWorkspace(os.Stderr, run)
 			if run.ExitCode != nil && *run.ExitCode != 0 {
 				return &exitError{*run.ExitCode, errors.New("")}
 			}
@@ -136,6 +140,8 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 	f.StringVar(&spec.Container.Image, "container", "", "run in a local container from IMAGE, with the wall inside the container's own network namespace")
 	f.StringVar(&spec.Container.Engine, "engine", "", "container engine for --container: podman or docker (default: the first that answers)")
 	f.StringVar(&spec.Container.Network, "container-network", "", "with --container: \"none\" runs it with no network at all (no wall, no door)")
+	// Workspaces: what work the run takes along (workspace.go).
+	addWorkspaceFlags(f, &runWorkspace)
 	rootCmd.AddCommand(cmd)
 }
 

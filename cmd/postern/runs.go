@@ -119,6 +119,7 @@ func init() {
 				row("writes", w)
 			}
 			row("why", r.Why)
+			workspaceRows(row, r)
 			return tw.Flush()
 		},
 	}
