@@ -89,6 +89,7 @@ func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m ma
 	if err := store.PutRun(run); err != nil {
 		return nil, err
 	}
+	started(spec, run)
 	if open {
 		warnOpen(spec.Warn, run, "the container engine's own, no wall, no door")
 	}
@@ -120,6 +121,7 @@ func runInContainer(ctx context.Context, store *records.Store, run *records.Run,
 			}
 		}
 	}
+	env = append(env, spec.PassEnv...)
 	if !noNetwork {
 		// Pointed at its guardrails (through the door, or straight to them
 		// on an open network), not forced through them.

@@ -31,6 +31,9 @@ type Machine struct {
 	AgentDir string            `json:"agent_dir,omitempty"`
 	Labels   map[string]string `json:"labels,omitempty"`
 	AddedAt  time.Time         `json:"added_at,omitzero"`
+	// Env names variables every run on the machine is given, their values
+	// taken from postern's environment at each run (never stored).
+	Env []string `json:"env,omitempty"`
 }
 
 // ErrBadName is returned for machine names that cannot be used.

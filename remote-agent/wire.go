@@ -307,4 +307,14 @@ type Exit struct {
 	// Writes says what became of the run's writes on the remote machine
 	// that did not reach it as written (see records.Run).
 	Writes []string `json:"writes,omitempty"`
+	// NotRun is set when the command could not be started at all:
+	// NotFound (Code 127) or NotExecutable (126); Error then says where it
+	// was looked for or why it cannot be executed.
+	NotRun string `json:"not_run,omitempty"`
 }
+
+// Exit.NotRun values.
+const (
+	NotFound      = "not-found"
+	NotExecutable = "not-executable"
+)

@@ -281,8 +281,14 @@ func (w *Wall) startContainer(ctx context.Context, spec Spec, self, resolv strin
 	if spec.TTY {
 		args = append(args, "--tty")
 	}
+	// Each variable by name only: its value reaches the engine's client
+	// through its environment, never its command line, which every user of
+	// the machine can read.
+	var clientEnv []string
 	for _, kv := range spec.Env {
-		args = append(args, "--env", kv)
+		name, _, _ := strings.Cut(kv, "=")
+		args = append(args, "--env", name)
+		clientEnv = append(clientEnv, kv)
 	}
 	if spec.PidsLimit > 0 {
 		args = append(args, "--pids-limit", strconv.Itoa(spec.PidsLimit))
@@ -293,6 +299,9 @@ func (w *Wall) startContainer(ctx context.Context, spec Spec, self, resolv strin
 
 	// The client outlives ctx only as long as Close lets it.
 	cmd := spec.Engine.command(context.WithoutCancel(ctx), args...)
+	if len(clientEnv) > 0 {
+		cmd.Env = append(os.Environ(), clientEnv...)
+	}
 	if spec.Stdin != nil {
 		cmd.Stdin = spec.Stdin
 	}

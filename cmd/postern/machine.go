@@ -226,6 +226,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 	var (
 		dest, identity, agentDir string
 		labels                   []string
+		envNames                 []string
 	)
 	add := &cobra.Command{
 		Use:   "add NAME --ssh DEST",
@@ -250,6 +251,11 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 				}
 				lm[k] = v
 			}
+			for _, n := range envNames {
+				if err := machine.CheckEnvName(n); err != nil {
+					return &exitError{2, fmt.Errorf("--env: %w", err)}
+				}
+			}
 			store, err := openStore()
 			if err != nil {
 				return err
@@ -260,7 +266,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			if _, err := machine.ParseDest(dest); err != nil {
 				return &exitError{2, err}
 			}
-			mm := machine.Machine{Name: name, SSH: dest, Identity: identity, AgentDir: agentDir, Labels: lm, AddedAt: time.Now().UTC()}
+			mm := machine.Machine{Name: name, SSH: dest, Identity: identity, AgentDir: agentDir, Labels: lm, Env: envNames, AddedAt: time.Now().UTC()}
 			if err := store.PutMachine(mm); err != nil {
 				return err
 			}
@@ -271,6 +277,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 	add.Flags().StringVar(&dest, "ssh", "", "ssh destination: an alias from ~/.ssh/config or [user@]host[:port]")
 	add.Flags().StringVar(&identity, "identity", "", "private key file")
 	add.Flags().StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	add.Flags().StringArrayVar(&envNames, "env", nil, "pass the variable NAME to every run on the machine, its value taken from postern's environment at each run; names only, never stored with a value (repeatable)")
 	add.Flags().StringVar(&agentDir, "agent-dir", "", "directory on the machine for postern's agent (default ~/.cache/postern/agents); use one that allows executables")
 
 	rm := &cobra.Command{
