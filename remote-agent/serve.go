@@ -379,7 +379,7 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 		OnStart: func(landlock string, seal *SealState) {
 			_ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock, Seal: seal})
 		},
-		Writes:    func(lines []string) { writes = lines },
+		Writes: func(lines []string) { writes = lines },
 	})
 	// Every process of the run is gone: close the write ends so the copies
 	// drain what is left and end.
