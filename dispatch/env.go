@@ -3,6 +3,7 @@ package dispatch
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
@@ -105,4 +106,15 @@ func withEnv(env, vars []string) []string {
 		}
 	}
 	return append(out, vars...)
+}
+
+// EnvPairs is a map of variables as Spec.PassEnv takes them, "NAME=VALUE"
+// sorted by name: a tasks file's env for each of its runs.
+func EnvPairs(vars map[string]string) []string {
+	names := slices.Sorted(maps.Keys(vars))
+	out := make([]string, 0, len(names))
+	for _, k := range names {
+		out = append(out, k+"="+vars[k])
+	}
+	return out
 }

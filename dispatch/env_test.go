@@ -87,3 +87,14 @@ func TestWithEnv(t *testing.T) {
 		t.Errorf("withEnv = %q, want %q", got, want)
 	}
 }
+
+func TestEnvPairs(t *testing.T) {
+	got := EnvPairs(map[string]string{"B": "2", "A": "x=y", "C": "", "A1": "1"})
+	if want := []string{"A=x=y", "A1=1", "B=2", "C="}; !slices.Equal(got, want) {
+		t.Errorf("EnvPairs = %q, want %q", got, want)
+	}
+	vars, names, err := passedEnv(got, machine.Machine{}, nil, nil, &bytes.Buffer{})
+	if err != nil || !slices.Equal(vars, got) || !slices.Equal(names, []string{"A", "A1", "B", "C"}) {
+		t.Errorf("passedEnv(EnvPairs(...)) = %q, %q, %v", vars, names, err)
+	}
+}
