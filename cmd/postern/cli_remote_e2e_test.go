@@ -22,7 +22,8 @@ import (
 // names reach the remote run through the agent (values nowhere in the
 // records, nor in any file on the remote), statuses pass through or say
 // what failed, postern's lines start at column 0 in tmux while the remote
-// run holds the terminal, and a lost connection is 255.
+// run holds the terminal, a lost connection is 255 and an unreachable
+// machine 125.
 func TestRemoteRunEnvStatusesAndTerminal(t *testing.T) {
 	r := newRemoteLab(t)
 	secret, machineSecret, unpassed, given := "s3cr3t-"+randHex(16), "m4ch1ne-"+randHex(16), "unp4ssed-"+randHex(16), "g1ven-"+randHex(16)
@@ -138,6 +139,13 @@ func TestRemoteRunEnvStatusesAndTerminal(t *testing.T) {
 		}
 		if run := lastRun(t, r.C); run.State != records.StateLost || run.End != records.EndLost {
 			t.Fatalf("lost: record %+v", run)
+		}
+		// sshd is gone: the machine, measured, cannot be reached. That is
+		// postern failing to start the run, 125, not the run's status.
+		_, stderr2, code := r.C.postern(t, append(runFlags, "--connect-timeout", "3s", "--json", "--", "true")...)
+		end = endObjectOf(t, stderr2)
+		if code != exitPostern || end.Why != records.EndStartFailed || !strings.Contains(end.Error, "far") {
+			t.Fatalf("unreachable: exit %d, end %+v", code, end)
 		}
 	})
 }
