@@ -94,6 +94,10 @@ not found; 255 the connection to the run's machine was lost.`,
 			spec.Logger = rep.logger()
 			spec.OnStart = rep.start
 			spec.OnEvent = rep.event
+			if jsonOut {
+				// A terminal's progress line is no JSON line.
+				spec.Remote.Progress = io.Discard
+			}
 			// Signals reach the run through spec.Signals; they must not also cancel it.
 			begun := time.Now()
 			run, err := dispatch.Run(context.WithoutCancel(cmd.Context()), store, spec)
