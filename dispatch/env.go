@@ -28,6 +28,19 @@ func (e *EnvError) Error() string { return fmt.Sprintf("--env %s: %s", e.Name, e
 // not set here is left out, and the person told. It returns the variables
 // as "NAME=VALUE", one per name in the order first given, and their names.
 func passedEnv(pass []string, m machine.Machine, env []string, pol *policy.Policy, warn io.Writer) (vars, names []string, err error) {
+	var injected []string
+	if pol != nil {
+		injected = pol.InjectEnv()
+	}
+	// Checked before the name is looked up: postern's environment no longer
+	// holds what the door injects, and "not set" would send the person the
+	// wrong way.
+	keptFromRun := func(name string) error {
+		if slices.Contains(injected, name) {
+			return &EnvError{Name: name, Why: fmt.Sprintf("the policy %s injects %s into requests for the run, which never holds it: leave it out", policyName(pol), name)}
+		}
+		return nil
+	}
 	values := map[string]string{}
 	set := func(name, value string) {
 		if _, ok := values[name]; !ok {
@@ -39,6 +52,9 @@ func passedEnv(pass []string, m machine.Machine, env []string, pol *policy.Polic
 		if err := machine.CheckEnvName(name); err != nil {
 			k, _, _ := strings.Cut(name, "=") // what follows '=' may be a value
 			return nil, nil, &EnvError{Name: k, Why: fmt.Sprintf("machine %s: %v", m.Name, err)}
+		}
+		if err := keptFromRun(name); err != nil {
+			return nil, nil, err
 		}
 		v, ok := lookupEnv(env, name)
 		if !ok {
@@ -52,6 +68,9 @@ func passedEnv(pass []string, m machine.Machine, env []string, pol *policy.Polic
 		if err := machine.CheckEnvName(name); err != nil {
 			return nil, nil, &EnvError{Name: name, Why: err.Error() + "; give --env NAME or --env NAME=VALUE"}
 		}
+		if err := keptFromRun(name); err != nil {
+			return nil, nil, err
+		}
 		if strings.IndexByte(value, 0) >= 0 {
 			return nil, nil, &EnvError{Name: name, Why: "the value holds a NUL byte, which no environment can carry"}
 		}
@@ -63,14 +82,6 @@ func passedEnv(pass []string, m machine.Machine, env []string, pol *policy.Polic
 			value = v
 		}
 		set(name, value)
-	}
-	if pol != nil {
-		inj := pol.InjectEnv()
-		for _, n := range names {
-			if slices.Contains(inj, n) {
-				return nil, nil, &EnvError{Name: n, Why: fmt.Sprintf("the policy %s injects %s into requests for the run, which never holds it: leave it out", policyName(pol), n)}
-			}
-		}
 	}
 	for _, n := range names {
 		vars = append(vars, n+"="+values[n])

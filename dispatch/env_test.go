@@ -73,10 +73,21 @@ inspect "api.example.test" {
 	if len(pol.InjectEnv()) == 0 {
 		t.Fatalf("the policy injects nothing: %+v", pol.InjectEnv())
 	}
-	_, _, err = passedEnv([]string{"API_TOKEN=x"}, machine.Machine{}, nil, pol, &bytes.Buffer{})
-	var ee *EnvError
-	if !errors.As(err, &ee) || ee.Name != "API_TOKEN" {
-		t.Fatalf("passedEnv: %v, want an *EnvError for API_TOKEN", err)
+	// Given a value, by name (postern's environment no longer holds it by
+	// then), or by the machine: each refused as what the policy injects.
+	for _, c := range []struct {
+		pass []string
+		m    machine.Machine
+	}{
+		{[]string{"API_TOKEN=x"}, machine.Machine{}},
+		{[]string{"API_TOKEN"}, machine.Machine{}},
+		{nil, machine.Machine{Name: "m", Env: []string{"API_TOKEN"}}},
+	} {
+		_, _, err = passedEnv(c.pass, c.m, withoutInjected([]string{"API_TOKEN=tok"}, pol), pol, &bytes.Buffer{})
+		var ee *EnvError
+		if !errors.As(err, &ee) || ee.Name != "API_TOKEN" || !strings.Contains(err.Error(), "injects API_TOKEN") {
+			t.Errorf("passedEnv(%q, %v): %v, want an *EnvError saying the policy injects API_TOKEN", c.pass, c.m.Env, err)
+		}
 	}
 }
 
