@@ -115,6 +115,9 @@ type Wall struct {
 	closed   bool
 	exitCode int
 	exited   bool // the harness reported the command's exit
+	// notStarted is the harness's word that the command could not be
+	// started at all (see NotStarted).
+	notStarted *message
 
 	closeOnce sync.Once
 }
@@ -546,6 +549,7 @@ func (w *Wall) Start() error {
 			// As a shell would: the harness said why on the run's stderr, and
 			// Wait reports its status (127: not found, 126: cannot run).
 			w.logger.Debug("container command did not start", "container", w.name, "code", m.Code, "err", m.Error)
+			w.notStarted = &m
 			return nil
 		}
 		w.logger.Debug("container command started", "container", w.name, "pid_in_container", m.Pid)
@@ -555,6 +559,18 @@ func (w *Wall) Start() error {
 	case <-time.After(startTimeout):
 		return fmt.Errorf("container: the harness in %s did not start the command within %s", w.name, startTimeout)
 	}
+}
+
+// NotStarted reports whether the harness could not start the command at
+// all, with the status a shell gives that (127 not found, 126 cannot be
+// executed) and the harness's reason; Wait then returns that status.
+func (w *Wall) NotStarted() (code int, why string, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.notStarted == nil {
+		return 0, "", false
+	}
+	return w.notStarted.Code, w.notStarted.Error, true
 }
 
 // Signal forwards sig to the command's process group inside the container.

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/postern-dev/postern/records"
 )
 
 // TestContainerEnvNeverOnACommandLine passes a secret to a container run
@@ -90,4 +92,27 @@ func TestContainerEnvNeverOnACommandLine(t *testing.T) {
 		t.Fatalf("record %+v", run)
 	}
 	assertNowhere(t, filepath.Join(home, "records.db"), secret, given)
+}
+
+// TestContainerCommandNotStarted: a command the image does not have is 127
+// and one it cannot execute 126, each said to be postern's finding (why
+// not-found / not-executable), not a status the command chose.
+func TestContainerCommandNotStarted(t *testing.T) {
+	ctrSetup(t)
+	home := ctrHomeCopy(t)
+	for _, c := range []struct {
+		args []string
+		code int
+		why  string
+	}{
+		{[]string{"no-such-command"}, exitNotFound, records.EndNotFound},
+		{[]string{"/bin"}, exitNotExecutable, records.EndNotExecutable},
+		{[]string{"sh", "-c", "exit 127"}, 127, records.EndExited},
+	} {
+		r := ctrPostern(t, home, append([]string{"run", "--json", "--container", ctrImage, "--container-network", "none", "--"}, c.args...)...)
+		end := endObjectOf(t, r.Stderr)
+		if r.Code != c.code || end.Why != c.why || end.Exit != c.code {
+			t.Errorf("%q: exit %d, end %+v; want %d, %s\nstderr: %s", c.args, r.Code, end, c.code, c.why, r.Stderr)
+		}
+	}
 }
