@@ -50,6 +50,9 @@ func TestRemoteRunEnvStatusesAndTerminal(t *testing.T) {
 		// The agent on the remote keeps nothing of them either.
 		assertNowhere(t, r.Remote.Home, values...)
 		machines := r.C.mustPostern(t, "machine", "list", "--json")
+		if show := r.C.mustPostern(t, "machine", "show", "far"); !regexp.MustCompile(`(?m)^env +POSTERN_MACHINE_SECRET `).MatchString(show) {
+			t.Errorf("machine show does not name the machine's env:\n%s", show)
+		}
 		for _, v := range values {
 			if strings.Contains(stderr, v) || strings.Contains(machines, v) {
 				t.Errorf("postern printed the value %q:\n%s\n%s", v, stderr, machines)

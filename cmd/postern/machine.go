@@ -38,6 +38,9 @@ type machineView struct {
 	Rungs      map[string]probe.Rung `json:"rungs"`
 	// Agents are what was measured over sftp of the agents installed there.
 	Agents []agent.FileState `json:"agents,omitempty"`
+	// Env names the variables every run on the machine is given (names
+	// only: the values are postern's environment's at each run).
+	Env []string `json:"env"`
 }
 
 func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
@@ -59,6 +62,7 @@ func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
 			return v, err
 		}
 	}
+	v.Env = append([]string{}, m.Env...)
 	v.Lane = m.Lane(goos)
 	c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: v.Lane})
 	if err != nil {
@@ -76,6 +80,9 @@ func printMachine(v machineView) error {
 	}
 	fmt.Fprintf(tw, "lane\t%s\n", v.Lane)
 	fmt.Fprintf(tw, "carry\t%s\n", v.Carry)
+	if len(v.Env) > 0 {
+		fmt.Fprintf(tw, "env\t%s (passed to every run, values from postern's environment)\n", strings.Join(v.Env, ", "))
+	}
 	if !v.Measured {
 		fmt.Fprintf(tw, "measured\tnever: runs are refused; run 'postern machine probe-confinement %s'\n", v.Name)
 		return tw.Flush()
