@@ -315,11 +315,13 @@ func tmuxScreen(t *testing.T, script string, done *regexp.Regexp) string {
 	}
 	t.Cleanup(func() { _, _ = tm("kill-server") })
 	file := filepath.Join(dir, "session.sh")
-	// The session stays after the script, so the screen can be read.
-	if err := os.WriteFile(file, []byte("#!/bin/sh\n"+script+"\necho \"== rc=$?\"\nsleep 600\n"), 0o755); err != nil {
+	// The session stays after the script, so the screen can be read. The
+	// script is read by sh, never executed itself: a file written here and
+	// executed at once can meet ETXTBSY.
+	if err := os.WriteFile(file, []byte(script+"\necho \"== rc=$?\"\nsleep 600\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := tm("new-session", "-d", "-s", "t", "-x", "150", "-y", "40", file); err != nil {
+	if out, err := tm("new-session", "-d", "-s", "t", "-x", "150", "-y", "40", "sh "+file); err != nil {
 		t.Fatalf("tmux new-session: %v: %s", err, out)
 	}
 	deadline := time.Now().Add(90 * time.Second)
