@@ -43,6 +43,16 @@ func (e *CommandError) End() string {
 	return records.EndNotExecutable
 }
 
+// pathPassed reports whether vars ("NAME=VALUE") set PATH.
+func pathPassed(vars []string) bool {
+	for _, kv := range vars {
+		if strings.HasPrefix(kv, "PATH=") {
+			return true
+		}
+	}
+	return false
+}
+
 // defaultPath is the PATH a command is looked up in when the run's
 // environment has none, as the wall's last stage does.
 const defaultPath = "/usr/local/bin:/usr/bin:/bin"
@@ -50,7 +60,9 @@ const defaultPath = "/usr/local/bin:/usr/bin:/bin"
 // checkCommand looks argv[0] up as the run would: a name with a slash
 // relative to dir, else in env's PATH. It returns what makes the command
 // one that cannot be started (nil when it can), before anything is spawned.
-func checkCommand(argv []string, dir string, env []string) *CommandError {
+// The error names the PATH searched unless passed, which says PATH was given
+// with --env: a value given so is never written into a record.
+func checkCommand(argv []string, dir string, env []string, passed bool) *CommandError {
 	if len(argv) == 0 || argv[0] == "" {
 		return &CommandError{NotFound: true, Detail: "the command is empty"}
 	}
@@ -100,6 +112,9 @@ func checkCommand(argv []string, dir string, env []string) *CommandError {
 	}
 	if denied != "" {
 		return &CommandError{Command: name, Detail: denied + ": permission denied (not executable)"}
+	}
+	if passed {
+		return &CommandError{Command: name, NotFound: true, Detail: "not in the run's PATH, as given with --env"}
 	}
 	return &CommandError{Command: name, NotFound: true, Detail: "not in PATH=" + path}
 }

@@ -52,7 +52,7 @@ func TestCheckCommand(t *testing.T) {
 		{[]string{""}, records.EndNotFound, 127},
 		{nil, records.EndNotFound, 127},
 	} {
-		ce := checkCommand(c.argv, dir, env)
+		ce := checkCommand(c.argv, dir, env, false)
 		switch {
 		case c.end == "" && ce != nil:
 			t.Errorf("%q: %v, want it found", c.argv, ce)
@@ -63,10 +63,16 @@ func TestCheckCommand(t *testing.T) {
 		}
 	}
 	// Without PATH, the wall's default is searched.
-	if ce := checkCommand([]string{"sh"}, dir, nil); ce != nil {
+	if ce := checkCommand([]string{"sh"}, dir, nil, false); ce != nil {
 		t.Errorf("sh without PATH: %v", ce)
 	}
-	if ce := checkCommand([]string{"missing"}, dir, nil); ce == nil || !strings.Contains(ce.Error(), defaultPath) {
+	if ce := checkCommand([]string{"missing"}, dir, nil, false); ce == nil || !strings.Contains(ce.Error(), defaultPath) {
 		t.Errorf("missing without PATH: %v, want the default PATH named", ce)
+	}
+	// A PATH given with --env is a value: never in the error, which the
+	// record keeps.
+	secretPath := "PATH=/opt/s3cr3t-dir"
+	if ce := checkCommand([]string{"missing"}, dir, []string{secretPath}, pathPassed([]string{secretPath})); ce == nil || strings.Contains(ce.Error(), "s3cr3t") || !ce.NotFound {
+		t.Errorf("missing with a passed PATH: %v", ce)
 	}
 }

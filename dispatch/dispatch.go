@@ -211,7 +211,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		// Looked up as the run will look it up: a command that is not
 		// there is not worth a wall.
 		spec.Env = withEnv(spec.Env, spec.PassEnv)
-		if ce := checkCommand(spec.Command, spec.Dir, spec.Env); ce != nil {
+		if ce := checkCommand(spec.Command, spec.Dir, spec.Env, pathPassed(spec.PassEnv)); ce != nil {
 			return finish(ctx, store, run, 0, ce)
 		}
 	}

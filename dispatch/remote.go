@@ -411,7 +411,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		defer os.Remove(dir)
 	}
 	env := withEnv(os.Environ(), req.Env)
-	if ce := checkCommand(req.Command, dir, env); ce != nil {
+	if ce := checkCommand(req.Command, dir, env, pathPassed(req.Env)); ce != nil {
 		return 0, notRun(ce)
 	}
 	var notHere string
@@ -510,7 +510,7 @@ func serveOpenRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO) (i
 		dir, _ = os.UserHomeDir()
 	}
 	env := withEnv(os.Environ(), req.Env)
-	if ce := checkCommand(req.Command, dir, env); ce != nil {
+	if ce := checkCommand(req.Command, dir, env, pathPassed(req.Env)); ce != nil {
 		return 0, notRun(ce)
 	}
 	rio.OnStart("none: open network (--egress-open)", nil)
