@@ -70,6 +70,9 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{[]string{"runs", "lst"}, `unknown command "lst" for "postern runs"; did you mean "list"?`},
 		{[]string{"mashine", "list"}, `unknown command "mashine" for "postern"; did you mean "machine"?`},
 		{[]string{"machine", "prob-confinement"}, `did you mean "probe-confinement"?`},
+		{[]string{"help", "runs", "lst"}, `unknown command "lst" for "postern runs"; did you mean "list"?`},
+		{[]string{"help", "nothing-like-it"}, `unknown command "nothing-like-it" for "postern"`},
+		{[]string{"completion", "fsh"}, `did you mean "bash" or "fish" or "zsh"?`},
 		{[]string{"runs", "list", "--bogus"}, "unknown flag: --bogus"},
 		{[]string{"run", "--machin", "x", "--", "true"}, "unknown flag: --machin"},
 		{[]string{"run", "--pids-limit", "lots", "--", "true"}, `invalid argument "lots" for "--pids-limit"`},
@@ -89,8 +92,10 @@ func TestUsageErrorsExit2(t *testing.T) {
 		}
 	}
 	// A group alone shows its help, as asked for.
-	if stdout, stderr, code := runPostern(t, "runs"); code != 0 || !strings.Contains(stdout, "Usage:") {
-		t.Errorf("postern runs: exit %d\n%s%s", code, stdout, stderr)
+	for _, args := range [][]string{{"runs"}, {"help", "runs"}, {"runs", "--help"}} {
+		if stdout, stderr, code := runPostern(t, args...); code != 0 || !strings.Contains(stdout, "postern runs [command]") {
+			t.Errorf("postern %q: exit %d\n%s%s", args, code, stdout, stderr)
+		}
 	}
 }
 

@@ -79,6 +79,14 @@ func usageError(cmd *cobra.Command, err error) error {
 // which get an error naming the closest ones rather than the help.
 func strictCommands(root *cobra.Command) {
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return usageError(cmd, err) })
+	// cobra adds these as it executes: added now, they are made strict too.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	for _, c := range root.Commands() {
+		if c.Name() == "help" && c.Run != nil {
+			strictHelp(c)
+		}
+	}
 	var walk func(c *cobra.Command)
 	walk = func(c *cobra.Command) {
 		for _, sub := range c.Commands() {
@@ -103,6 +111,24 @@ func strictCommands(root *cobra.Command) {
 		}
 	}
 	walk(root)
+}
+
+// strictHelp makes 'postern help TOPIC' a usage error when TOPIC names no
+// command, instead of printing some help with status 0.
+func strictHelp(help *cobra.Command) {
+	run := help.Run
+	help.Run = nil
+	help.RunE = func(cmd *cobra.Command, args []string) error {
+		found, rest, err := cmd.Root().Find(args)
+		if err != nil {
+			return usageError(cmd, err)
+		}
+		if len(rest) > 0 {
+			return unknownSubcommand(found, rest)
+		}
+		run(cmd, args)
+		return nil
+	}
 }
 
 // unknownSubcommand accepts no arguments for a command that only groups
