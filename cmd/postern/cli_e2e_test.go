@@ -385,3 +385,30 @@ func TestRunTerminalLinesInTmux(t *testing.T) {
 	assertLinesAtColumnZero(t, screen, 5)
 	t.Logf("screen:\n%s", strings.TrimRight(screen, "\n"))
 }
+
+// TestMachineEnvFromInventory: an inventory's env names reach the machine
+// as imported, names only; an inventory that writes a value is refused
+// with the place and without the value.
+func TestMachineEnvFromInventory(t *testing.T) {
+	home := t.TempDir()
+	p := poster{Home: home, Dir: t.TempDir()}
+	inv := writeFile(t, "machines.hcl", "machine \"gpu1\" {\n  ssh = \"root@10.9.9.9\"\n  env = [\"ANTHROPIC_API_KEY\", \"HF_TOKEN\"]\n}\n")
+	if r := p.exec(t, "machine", "import", inv); r.Code != 0 {
+		t.Fatalf("import: exit %d\n%s", r.Code, r.Stderr)
+	}
+	r := p.exec(t, "machine", "list", "--json")
+	var views []machineView
+	if err := json.Unmarshal([]byte(r.Stdout), &views); err != nil {
+		t.Fatalf("machine list --json: %v\n%s", err, r.Stdout)
+	}
+	i := slices.IndexFunc(views, func(v machineView) bool { return v.Name == "gpu1" })
+	if i < 0 || !slices.Equal(views[i].Env, []string{"ANTHROPIC_API_KEY", "HF_TOKEN"}) {
+		t.Fatalf("machine list: %+v", views)
+	}
+	bad := writeFile(t, "bad.hcl", "machine \"gpu2\" {\n  ssh = \"root@10.9.9.9\"\n  env = [\"HF_TOKEN=hf_s3cr3t\"]\n}\n")
+	r = p.exec(t, "machine", "import", bad)
+	if r.Code != exitUsage || !strings.Contains(r.Stderr, bad+":1:1: bad env name") || strings.Contains(r.Stderr, "s3cr3t") {
+		t.Fatalf("import of a value: exit %d\n%s", r.Code, r.Stderr)
+	}
+	assertNowhere(t, filepath.Join(home, "records.db"), "s3cr3t")
+}
