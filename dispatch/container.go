@@ -12,6 +12,7 @@ import (
 	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
@@ -89,11 +90,24 @@ func runContainerLane(ctx context.Context, store *records.Store, spec Spec, m ma
 	if err := store.PutRun(run); err != nil {
 		return nil, err
 	}
+	started(spec, run)
 	if open {
 		warnOpen(spec.Warn, run, "the container engine's own, no wall, no door")
 	}
 	code, err := runInContainer(ctx, store, run, spec, pol, pins, eng, noNetwork, open)
 	return finish(ctx, store, run, code, err)
+}
+
+// containerNotRun is a command the container's harness could not start at
+// all, as a *CommandError; otherwise the run's status and error as they are.
+func containerNotRun(wall *container.Wall, command string, code int, err error) (int, error) {
+	if err != nil {
+		return code, err
+	}
+	if c, why, ok := wall.NotStarted(); ok && c == code && (c == 126 || c == 127) {
+		return code, &CommandError{Command: command, NotFound: c == 127, Detail: termtext.Printable(why) + ", in the container"}
+	}
+	return code, nil
 }
 
 // pidsLimit is --pids-limit, else the policy's pids_limit.
@@ -120,6 +134,7 @@ func runInContainer(ctx context.Context, store *records.Store, run *records.Run,
 			}
 		}
 	}
+	env = append(env, spec.PassEnv...)
 	if !noNetwork {
 		// Pointed at its guardrails (through the door, or straight to them
 		// on an open network), not forced through them.
@@ -157,13 +172,15 @@ func runInContainer(ctx context.Context, store *records.Store, run *records.Run,
 	}
 	defer wall.Close()
 	if noNetwork || open {
-		return superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
+		code, err := superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
+		return containerNotRun(wall, spec.Command[0], code, err)
 	}
 
 	evlog := newEventLog(store, run, spec)
 	cfg := door.Config{Policy: pol, Resolver: spec.Resolver, AddHosts: pins, Emit: evlog.Emit, Run: run.ID, Logger: spec.Logger}
 	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
-		return superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
+		code, err := superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
+		return containerNotRun(wall, spec.Command[0], code, err)
 	})
 	logErr := closeEventLog(ctx, evlog, run)
 	if runErr != nil {

@@ -37,7 +37,14 @@ type Spec struct {
 	EgressOpen    string // a reason to run without a wall; recorded
 	Command       []string
 	Dir           string
-	Env           []string
+	// Env is postern's own environment: a local run starts from it, a
+	// remote one gets only its terminal and language from it.
+	Env []string
+	// PassEnv are variables every lane gives the run on top of that
+	// (--env): "NAME=VALUE", or "NAME" for NAME's value in Env. The
+	// machine's env names are added. The record keeps their names, never
+	// their values.
+	PassEnv []string
 	// KeepHome keeps what the run writes in its home outside its writable
 	// places (its private layer), in a directory of postern's named at the
 	// end, rather than discarding it.
@@ -51,9 +58,6 @@ type Spec struct {
 
 	// ID names the run; "" makes a new one.
 	ID string
-	// RunEnv are variables set for the run wherever it goes, local or
-	// remote (a task's env); Env is the person's own environment.
-	RunEnv []string
 	// Dispatch and Task name the dispatch and task a run is an attempt of;
 	// they go into its record (see fleetrun.go).
 	Dispatch, Task string
@@ -71,6 +75,10 @@ type Spec struct {
 	Logger *slog.Logger
 	// OnEvent, if set, sees every event as it is recorded.
 	OnEvent func(door.Event)
+	// OnStart, if set, is told once the run is recorded as running, before
+	// its command is started: its id, machine, lane, carry and policy are
+	// known. A refused run never starts.
+	OnStart func(*records.Run)
 	// Remote says how to reach a machine over ssh (see remote.go).
 	Remote Remote
 	// Container, with an image, runs the command in a local container (see
@@ -125,7 +133,6 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	}
 	// Whatever the lane, the run never holds what the door injects.
 	spec.Env = withoutInjected(spec.Env, pol)
-	spec.RunEnv = withoutInjected(spec.RunEnv, pol)
 	pins, err := parsePins(spec.AddHosts)
 	if err != nil {
 		return nil, &PolicyError{err}
@@ -145,9 +152,6 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	if rec != nil {
 		goos = rec.OS
 	}
-	if m.IsLocal() {
-		spec.Env = append(spec.Env, spec.RunEnv...)
-	}
 	run := &records.Run{
 		ID:               cmp.Or(spec.ID, newID()),
 		Machine:          m.Name,
@@ -163,6 +167,11 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		Dispatch:         spec.Dispatch,
 		Task:             spec.Task,
 	}
+	vars, names, err := passedEnv(spec.PassEnv, m, spec.Env, pol, spec.Warn)
+	if err != nil {
+		return nil, err
+	}
+	spec.PassEnv, run.EnvNames = vars, names
 	noNetwork := spec.Network == NetworkNone
 	switch {
 	case spec.Network != "" && !noNetwork:
@@ -213,12 +222,21 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 			AtRunTime: fmt.Sprintf("carry %s is not available on remote machines yet", c),
 			Fix:       "run on a Linux machine, or with --egress-open \"<reason>\" to open the network deliberately"})
 	}
+	if m.IsLocal() {
+		// Looked up as the run will look it up: a command that is not
+		// there is not worth a wall.
+		spec.Env = withEnv(spec.Env, spec.PassEnv)
+		if ce := checkCommand(spec.Command, spec.Dir, spec.Env, pathPassed(spec.PassEnv)); ce != nil {
+			return finish(ctx, store, run, 0, ce)
+		}
+	}
 	run.State = records.StateRunning
 	// Workspace: the work is shipped before the run starts; its result is
 	// fetched after it ends (workspace.go).
 	if err := startWorkspace(ctx, store, run, &spec, m); err != nil {
 		return nil, err
 	}
+	started(spec, run)
 	if (c == carry.NetworkWall || c == carry.ConnectDoor) && m.IsLocal() {
 		// The running record is written while the wall goes up, and is durable
 		// before the command starts.
@@ -257,6 +275,14 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	return finish(ctx, store, run, code, err)
 }
 
+// started tells spec.OnStart that run is starting.
+func started(spec Spec, run *records.Run) {
+	if spec.OnStart != nil {
+		snapshot := *run
+		spec.OnStart(&snapshot)
+	}
+}
+
 // warnOpen tells the person that run has an open network, and how open.
 func warnOpen(w io.Writer, run *records.Run, how string) {
 	fmt.Fprintf(w, "postern: WARNING: run %s has an OPEN network (%s): --egress-open %q; this is recorded\n", run.ID, how, run.EgressOpenReason)
@@ -271,6 +297,7 @@ func measuredAt(rec *probe.Record) time.Time {
 
 func refuse(store *records.Store, run *records.Run, err error) (*records.Run, error) {
 	run.State = records.StateRefused
+	run.End = records.EndRefused
 	run.Carry = string(carry.None)
 	run.EndedAt = time.Now().UTC()
 	run.Why = err.Error()
@@ -284,20 +311,30 @@ func finish(ctx context.Context, store *records.Store, run *records.Run, code in
 	endLocalWorkspace(ctx, store, run) // a local copy's result comes home (workspace.go)
 	run.EndedAt = time.Now().UTC()
 	var ref *carry.Refusal
+	var cerr *CommandError
 	switch {
 	case errors.As(err, &ref):
 		run.State = records.StateRefused
+		run.End = records.EndRefused
 		run.Why = err.Error()
 	case errors.Is(err, ErrRunLost):
 		run.State = records.StateLost
+		run.End = records.EndLost
+		run.Why = err.Error()
+	case errors.As(err, &cerr):
+		run.State = records.StateFailed
+		run.End = cerr.End()
 		run.Why = err.Error()
 	case err != nil:
 		run.State = records.StateFailed
+		run.End = records.EndStartFailed
 		run.Why = err.Error()
 	default:
 		run.State = records.StateExited
+		run.End = records.EndExited
 		run.ExitCode = &code
 		if code > 128 && code < 128+65 {
+			run.End = records.EndSignalled
 			run.Why = "ended by signal " + syscall.Signal(code-128).String()
 		}
 	}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -185,7 +184,9 @@ func (r *FleetRunner) run(ctx context.Context, a fleet.Attempt, report func(flee
 		// asked again, under the same run id, before it counts as lost.
 		var ref *carry.Refusal
 		var perr *PolicyError
-		again := runErr != nil && !began.Load() && !a.Machine.IsLocal() && ctx.Err() == nil &&
+		// A run with no record failed before anything reached the machine
+		// (its policy, its env): no machine would take it.
+		again := runErr != nil && run != nil && !began.Load() && !a.Machine.IsLocal() && ctx.Err() == nil &&
 			!errors.As(runErr, &ref) && !errors.As(runErr, &perr) && try < len(fleetConnectRetries)
 		if !again {
 			break
@@ -255,10 +256,8 @@ func (r *FleetRunner) spec(a fleet.Attempt) Spec {
 	spec.Command = slices.Clone(a.Task.Command)
 	spec.Dispatch, spec.Task = a.Dispatch, a.Task.Name
 	spec.Env = slices.Clone(r.Base.Env)
-	spec.RunEnv = slices.Clone(r.Base.RunEnv)
-	for _, k := range slices.Sorted(maps.Keys(a.Task.Env)) {
-		spec.RunEnv = append(spec.RunEnv, k+"="+a.Task.Env[k])
-	}
+	// The task's env, on top of what the person passed (--env's way).
+	spec.PassEnv = append(slices.Clone(r.Base.PassEnv), EnvPairs(a.Task.Env)...)
 	switch a.Task.Network {
 	case fleet.NetworkNone:
 		spec.Network = NetworkNone

@@ -265,7 +265,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	}
 	req := agent.RunRequest{
 		ID: run.ID, Machine: m.Name, Lane: run.Lane, Command: spec.Command,
-		Env: append(remoteEnv(spec.Env), spec.RunEnv...), Policy: src, PolicyAt: spec.PolicyPath,
+		Env: withEnv(remoteEnv(spec.Env), spec.PassEnv), Policy: src, PolicyAt: spec.PolicyPath,
 		AddHosts: spec.AddHosts, Resolver: spec.Resolver, Open: run.EgressOpenReason,
 		KeepHome: spec.KeepHome, PidsLimit: spec.PidsLimit, NoNetwork: spec.Network == NetworkNone,
 		Dir: spec.Remote.Dir,
@@ -332,6 +332,9 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	case exit.Refused:
 		return 0, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
 			AtRunTime: termtext.Printable(exit.Error), Fix: termtext.Printable(exit.Fix)}
+	case exit.NotRun != "":
+		return exit.Code, &CommandError{Command: spec.Command[0], NotFound: exit.NotRun == agent.NotFound,
+			Detail: fmt.Sprintf("%s, on machine %s", termtext.Printable(exit.Error), m.Name)}
 	case exit.Error != "":
 		return exit.Code, fmt.Errorf("machine %s: %s", m.Name, termtext.Printable(exit.Error))
 	}
@@ -420,7 +423,10 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		}
 		defer os.Remove(dir)
 	}
-	env := append(os.Environ(), req.Env...)
+	env := withEnv(os.Environ(), req.Env)
+	if ce := checkCommand(req.Command, dir, env, pathPassed(req.Env)); ce != nil {
+		return 0, notRun(ce)
+	}
 	var notHere string
 	switch {
 	case req.NoNetwork:
@@ -516,13 +522,26 @@ func serveOpenRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO) (i
 	if dir == "" {
 		dir, _ = os.UserHomeDir()
 	}
+	env := withEnv(os.Environ(), req.Env)
+	if ce := checkCommand(req.Command, dir, env, pathPassed(req.Env)); ce != nil {
+		return 0, notRun(ce)
+	}
 	rio.OnStart("none: open network (--egress-open)", nil)
 	return runOpenCmd(ctx, openRun{
-		Command: req.Command, Dir: dir, Env: append(os.Environ(), req.Env...),
+		Command: req.Command, Dir: dir, Env: env,
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr,
 		Signals: rio.Signals, KillGrace: rio.KillGrace,
 		OwnSession: true, TTY: req.TTY,
 	})
+}
+
+// notRun is a command the agent could not start, as it tells the controller.
+func notRun(ce *CommandError) error {
+	why := agent.NotExecutable
+	if ce.NotFound {
+		why = agent.NotFound
+	}
+	return &agent.NotRunError{Why: why, Detail: ce.Detail}
 }
 
 // ProbeHere is the agent's side of a remote probe.

@@ -14,6 +14,7 @@ func Reconcile(store *records.Store, r *records.Run) (*records.Run, error) {
 		return r, nil
 	}
 	r.State = records.StateLost
+	r.End = records.EndLost
 	r.EndedAt = time.Now().UTC()
 	r.Why = "the controller (pid " + strconv.Itoa(r.Pid) + ") ended without finishing the run"
 	return r, store.PutRun(r)

@@ -9,6 +9,9 @@
 machine "gpu1" {
   ssh    = "gpu1"
   labels = { gpu = "a100", team = "research" }
+  # Every run on gpu1 is given these, their values taken from postern's own
+  # environment at each run: names only, values are never written anywhere.
+  env = ["ANTHROPIC_API_KEY"]
 }
 
 # A host reached directly, with its own key, whose home is mounted noexec: the

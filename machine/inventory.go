@@ -17,6 +17,7 @@ import (
 //	  identity  = "~/.ssh/id_ed25519"
 //	  agent_dir = "/opt/postern"    # where the agent is installed
 //	  labels    = { gpu = "a100" }
+//	  env       = ["ANTHROPIC_API_KEY"] # passed to every run, values from postern's environment
 //	}
 type inventoryFile struct {
 	Machines []inventoryMachine `hcl:"machine,block"`
@@ -28,6 +29,7 @@ type inventoryMachine struct {
 	Identity string            `hcl:"identity,optional"`
 	AgentDir string            `hcl:"agent_dir,optional"`
 	Labels   map[string]string `hcl:"labels,optional"`
+	Env      []string          `hcl:"env,optional"`
 	Range    hcl.Range         `hcl:",def_range"`
 }
 
@@ -97,7 +99,18 @@ func ParseInventory(filename string, src []byte) ([]Machine, error) {
 			bad("bad ssh destination", err.Error()+`; write ssh = "alias" or ssh = "user@host:port"`)
 			continue
 		}
-		out = append(out, Machine{Name: im.Name, SSH: im.SSH, Identity: im.Identity, AgentDir: im.AgentDir, Labels: im.Labels})
+		badEnv := false
+		for _, n := range im.Env {
+			if err := CheckEnvName(n); err != nil {
+				bad("bad env name", err.Error()+`; write env = ["NAME", ...]: names only, the values come from postern's environment at each run`)
+				badEnv = true
+				break
+			}
+		}
+		if badEnv {
+			continue
+		}
+		out = append(out, Machine{Name: im.Name, SSH: im.SSH, Identity: im.Identity, AgentDir: im.AgentDir, Labels: im.Labels, Env: im.Env})
 	}
 	if len(errs) > 0 {
 		return nil, &InventoryError{errs}

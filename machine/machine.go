@@ -35,6 +35,9 @@ type Machine struct {
 	// ('postern machine label NAME --per-machine N'); 0 leaves it to the
 	// tasks file.
 	PerMachine int `json:"per_machine,omitempty"`
+	// Env names variables every run on the machine is given, their values
+	// taken from postern's environment at each run (never stored).
+	Env []string `json:"env,omitempty"`
 }
 
 // ErrBadName is returned for machine names that cannot be used.

@@ -199,6 +199,7 @@ machine "gpu1" {
   identity  = "~/.ssh/id_ed25519"
   agent_dir = "/opt/postern"
   labels    = { gpu = "a100" }
+  env       = ["ANTHROPIC_API_KEY", "HF_TOKEN"]
 }
 machine "ci" {
   ssh = "runner@10.0.0.5:2222"
@@ -208,7 +209,8 @@ machine "ci" {
 		t.Fatal(err)
 	}
 	want := []Machine{
-		{Name: "gpu1", SSH: "gpu1", Identity: "~/.ssh/id_ed25519", AgentDir: "/opt/postern", Labels: map[string]string{"gpu": "a100"}},
+		{Name: "gpu1", SSH: "gpu1", Identity: "~/.ssh/id_ed25519", AgentDir: "/opt/postern", Labels: map[string]string{"gpu": "a100"},
+			Env: []string{"ANTHROPIC_API_KEY", "HF_TOKEN"}},
 		{Name: "ci", SSH: "runner@10.0.0.5:2222"},
 	}
 	if !reflect.DeepEqual(ms, want) {
@@ -221,6 +223,9 @@ machine "ci" {
 		`machine "a" {}`:                                               `m.hcl:1:13: Missing required argument`,
 		"machine \"a\" { ssh = \"x\" }\nmachine \"a\" { ssh = \"y\" }": "m.hcl:2:1: machine declared twice",
 		"machine \"a\" {\n ssh = \"x\"\n rungs = {}\n}":                "m.hcl:3:2: Unsupported argument",
+		// Names only: a value written in the inventory would be stored.
+		"machine \"a\" {\n ssh = \"x\"\n env = [\"K=secret\"]\n}": `m.hcl:1:1: bad env name: bad environment variable name "K=..."`,
+		"machine \"a\" {\n ssh = \"x\"\n env = [\"A B\"]\n}":      "bad env name",
 	} {
 		_, err := ParseInventory("m.hcl", []byte(src))
 		if err == nil || !strings.Contains(err.Error(), msg) {
@@ -232,6 +237,7 @@ machine "ci" {
 func FuzzParseInventory(f *testing.F) {
 	f.Add(`machine "a" { ssh = "x" }`)
 	f.Add(`machine "b" { ssh = "u@h:22" labels = { k = "v" } }`)
+	f.Add("machine \"c\" {\n ssh = \"c\"\n env = [\"A\", \"B\"]\n}")
 	f.Fuzz(func(t *testing.T, src string) {
 		ms, err := ParseInventory("fuzz.hcl", []byte(src))
 		if err != nil {
@@ -243,6 +249,11 @@ func FuzzParseInventory(f *testing.F) {
 			}
 			if _, err := ParseDest(m.SSH); err != nil {
 				t.Fatalf("accepted ssh %q: %v", m.SSH, err)
+			}
+			for _, n := range m.Env {
+				if CheckEnvName(n) != nil {
+					t.Fatalf("accepted env name %q", n)
+				}
 			}
 		}
 	})

@@ -24,6 +24,17 @@ const (
 	StateCancelled = "cancelled"
 )
 
+// How a run ended (Run.End): which of postern's exit statuses it gets.
+const (
+	EndExited        = "exited"         // the command exited by itself
+	EndSignalled     = "signalled"      // a signal ended the command
+	EndRefused       = "refused"        // no carry could wall it: nothing was spawned
+	EndStartFailed   = "start-failed"   // postern could not start it, or carry it to its end
+	EndNotExecutable = "not-executable" // the command was found but cannot be executed
+	EndNotFound      = "not-found"      // the command was not found
+	EndLost          = "lost"           // the controller lost the run's machine mid-run
+)
+
 // Run is one command line dispatched to one machine under one policy.
 type Run struct {
 	ID               string    `json:"id"`
@@ -77,6 +88,12 @@ type Run struct {
 	Seal *Seal `json:"seal,omitempty"`
 	// Workspace is the copy of the caller's work the run worked in.
 	Workspace *Workspace `json:"workspace,omitempty"`
+	// EnvNames are the names of the variables passed to the run with --env
+	// and the machine's env list; their values are never recorded.
+	EnvNames []string `json:"env_names,omitempty"`
+	// End says how the run ended (End* constants); "" while it runs, and in
+	// runs recorded before it was kept.
+	End string `json:"end,omitempty"`
 }
 
 // Seal is whether a run's policy's guardrail seal held: the lane can seal

@@ -58,6 +58,24 @@ type RefusedError struct {
 
 func (e *RefusedError) Error() string { return e.Reason }
 
+// NotRunError is a command the handler could not start at all (Why is
+// NotFound or NotExecutable): the controller reports it as a shell would,
+// with exit status 127 or 126.
+type NotRunError struct {
+	Why    string
+	Detail string
+}
+
+func (e *NotRunError) Error() string { return e.Why + ": " + e.Detail }
+
+// Code is the exit status a shell gives such a command.
+func (e *NotRunError) Code() int {
+	if e.Why == NotFound {
+		return 127
+	}
+	return 126
+}
+
 // Handlers do the agent's work; the agent only carries it over the wire.
 type Handlers struct {
 	Version string
@@ -386,9 +404,12 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 		return fmt.Errorf("run %s ended: %w", req.ID, cause)
 	}
 	var ref *RefusedError
+	var nr *NotRunError
 	switch {
 	case errors.As(runErr, &ref):
 		return s.exit(Exit{Code: 1, Error: ref.Reason, Refused: true, Fix: ref.Fix})
+	case errors.As(runErr, &nr):
+		return s.exit(Exit{Code: nr.Code(), Error: nr.Detail, NotRun: nr.Why})
 	case runErr != nil:
 		return s.exit(Exit{Code: code, Error: runErr.Error(), Writes: writes})
 	}

@@ -311,4 +311,14 @@ type Exit struct {
 	Writes []string `json:"writes,omitempty"`
 	// Workspace is what a workspace step found or made.
 	Workspace *WorkspaceResult `json:"workspace,omitempty"`
+	// NotRun is set when the command could not be started at all:
+	// NotFound (Code 127) or NotExecutable (126); Error then says where it
+	// was looked for or why it cannot be executed.
+	NotRun string `json:"not_run,omitempty"`
 }
+
+// Exit.NotRun values.
+const (
+	NotFound      = "not-found"
+	NotExecutable = "not-executable"
+)

@@ -115,6 +115,9 @@ type Wall struct {
 	closed   bool
 	exitCode int
 	exited   bool // the harness reported the command's exit
+	// notStarted is the harness's word that the command could not be
+	// started at all (see NotStarted).
+	notStarted *message
 
 	closeOnce sync.Once
 }
@@ -281,8 +284,14 @@ func (w *Wall) startContainer(ctx context.Context, spec Spec, self, resolv strin
 	if spec.TTY {
 		args = append(args, "--tty")
 	}
+	// Each variable by name only: its value reaches the engine's client
+	// through its environment, never its command line, which every user of
+	// the machine can read.
+	var clientEnv []string
 	for _, kv := range spec.Env {
-		args = append(args, "--env", kv)
+		name, _, _ := strings.Cut(kv, "=")
+		args = append(args, "--env", name)
+		clientEnv = append(clientEnv, kv)
 	}
 	if spec.PidsLimit > 0 {
 		args = append(args, "--pids-limit", strconv.Itoa(spec.PidsLimit))
@@ -293,6 +302,9 @@ func (w *Wall) startContainer(ctx context.Context, spec Spec, self, resolv strin
 
 	// The client outlives ctx only as long as Close lets it.
 	cmd := spec.Engine.command(context.WithoutCancel(ctx), args...)
+	if len(clientEnv) > 0 {
+		cmd.Env = append(os.Environ(), clientEnv...)
+	}
 	if spec.Stdin != nil {
 		cmd.Stdin = spec.Stdin
 	}
@@ -537,6 +549,7 @@ func (w *Wall) Start() error {
 			// As a shell would: the harness said why on the run's stderr, and
 			// Wait reports its status (127: not found, 126: cannot run).
 			w.logger.Debug("container command did not start", "container", w.name, "code", m.Code, "err", m.Error)
+			w.notStarted = &m
 			return nil
 		}
 		w.logger.Debug("container command started", "container", w.name, "pid_in_container", m.Pid)
@@ -546,6 +559,18 @@ func (w *Wall) Start() error {
 	case <-time.After(startTimeout):
 		return fmt.Errorf("container: the harness in %s did not start the command within %s", w.name, startTimeout)
 	}
+}
+
+// NotStarted reports whether the harness could not start the command at
+// all, with the status a shell gives that (127 not found, 126 cannot be
+// executed) and the harness's reason; Wait then returns that status.
+func (w *Wall) NotStarted() (code int, why string, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.notStarted == nil {
+		return 0, "", false
+	}
+	return w.notStarted.Code, w.notStarted.Error, true
 }
 
 // Signal forwards sig to the command's process group inside the container.

@@ -58,6 +58,9 @@ func (w *Wall) Signal(sig syscall.Signal) error { return ErrUnsupported }
 func (w *Wall) Wait() (int, error)              { return -1, ErrUnsupported }
 func (w *Wall) Close() error                    { return nil }
 
+// NotStarted never reports a command here.
+func (w *Wall) NotStarted() (code int, why string, ok bool) { return 0, "", false }
+
 // Init is the harness; it only runs inside a Linux container.
 func Init(ctx context.Context, args []string, signals <-chan os.Signal, stderr io.Writer) int {
 	fmt.Fprintln(stderr, "postern: container harness:", ErrUnsupported)

@@ -38,6 +38,9 @@ type machineView struct {
 	Rungs      map[string]probe.Rung `json:"rungs"`
 	// Agents are what was measured over sftp of the agents installed there.
 	Agents []agent.FileState `json:"agents,omitempty"`
+	// Env names the variables every run on the machine is given (names
+	// only: the values are postern's environment's at each run).
+	Env []string `json:"env"`
 }
 
 func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
@@ -59,6 +62,7 @@ func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
 			return v, err
 		}
 	}
+	v.Env = append([]string{}, m.Env...)
 	v.Lane = m.Lane(goos)
 	c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: v.Lane})
 	if err != nil {
@@ -76,6 +80,9 @@ func printMachine(v machineView) error {
 	}
 	fmt.Fprintf(tw, "lane\t%s\n", v.Lane)
 	fmt.Fprintf(tw, "carry\t%s\n", v.Carry)
+	if len(v.Env) > 0 {
+		fmt.Fprintf(tw, "env\t%s (passed to every run, values from postern's environment)\n", strings.Join(v.Env, ", "))
+	}
 	if !v.Measured {
 		fmt.Fprintf(tw, "measured\tnever: runs are refused; run 'postern machine probe-confinement %s'\n", v.Name)
 		return tw.Flush()
@@ -229,6 +236,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 	var (
 		dest, identity, agentDir string
 		labels                   []string
+		envNames                 []string
 	)
 	add := &cobra.Command{
 		Use:   "add NAME --ssh DEST",
@@ -253,6 +261,11 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 				}
 				lm[k] = v
 			}
+			for _, n := range envNames {
+				if err := machine.CheckEnvName(n); err != nil {
+					return &exitError{2, fmt.Errorf("--env: %w", err)}
+				}
+			}
 			store, err := openStore()
 			if err != nil {
 				return err
@@ -263,7 +276,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			if _, err := machine.ParseDest(dest); err != nil {
 				return &exitError{2, err}
 			}
-			mm := machine.Machine{Name: name, SSH: dest, Identity: identity, AgentDir: agentDir, Labels: lm, AddedAt: time.Now().UTC()}
+			mm := machine.Machine{Name: name, SSH: dest, Identity: identity, AgentDir: agentDir, Labels: lm, Env: envNames, AddedAt: time.Now().UTC()}
 			if err := store.PutMachine(mm); err != nil {
 				return err
 			}
@@ -274,6 +287,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 	add.Flags().StringVar(&dest, "ssh", "", "ssh destination: an alias from ~/.ssh/config or [user@]host[:port]")
 	add.Flags().StringVar(&identity, "identity", "", "private key file")
 	add.Flags().StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	add.Flags().StringArrayVar(&envNames, "env", nil, "pass the variable NAME to every run on the machine, its value taken from postern's environment at each run; names only, never stored with a value (repeatable)")
 	add.Flags().StringVar(&agentDir, "agent-dir", "", "directory on the machine for postern's agent (default ~/.cache/postern/agents); use one that allows executables")
 
 	rm := &cobra.Command{

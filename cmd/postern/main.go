@@ -16,7 +16,7 @@ import (
 // version is set at build time with -ldflags "-X main.version=…".
 var version = "dev"
 
-// exitError carries an exit status chosen by a command (2: bad input, 77: refused).
+// exitError carries an exit status chosen by a command (see exit.go).
 type exitError struct {
 	code int
 	err  error
@@ -35,6 +35,7 @@ var rootCmd = &cobra.Command{
 
 func main() {
 	keepInheritedFromChildren()
+	strictCommands(rootCmd)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := rootCmd.ExecuteContext(ctx)
@@ -44,10 +45,10 @@ func main() {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.err.Error() != "" {
-			fmt.Fprintln(os.Stderr, "postern:", ee.err)
+			fmt.Fprintln(stderr, "postern:", ee.err)
 		}
 		os.Exit(ee.code)
 	}
-	fmt.Fprintln(os.Stderr, "postern:", err)
+	fmt.Fprintln(stderr, "postern:", err)
 	os.Exit(1)
 }

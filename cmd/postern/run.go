@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -20,17 +20,11 @@ import (
 	"github.com/postern-dev/postern/records"
 )
 
-// exitRefused is the exit status of a run refused before anything was spawned.
-const exitRefused = 77
-
-// exitUnrecorded is postern's own failure status after a run ended: its
-// record could not be written, so the run's own status is not postern's.
-const exitUnrecorded = 125
-
 func init() {
 	var (
 		spec    dispatch.Spec
 		quiet   bool
+		jsonOut bool
 		gateway string
 	)
 	cmd := &cobra.Command{
@@ -41,7 +35,14 @@ func init() {
 The machine must have been measured with 'postern machine probe-confinement'; a machine never
 measured, or measured unable, is refused before anything is spawned (exit 77, marker
 EGRESS-CLOSED-DEFAULT-REFUSED). Without --policy the run may reach nothing.
-postern's exit status is the run's; 125 if the run ended but its record could not be written.`,
+
+postern says 'postern: run ID on MACHINE (CARRY)' on stderr as the run starts (-q: not).
+With --json, everything postern itself says is JSON lines on stderr (one object as the run
+starts, one per denial and warning, one at its end); the run's stdout and stderr are its own.
+
+Exit status: the run's own; 2 bad usage (flags, policy, --env); 77 refused; 125 postern
+could not start the run or record its end; 126 the command cannot be executed; 127 it was
+not found; 255 the connection to the run's machine was lost.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("egress-open") {
@@ -67,9 +68,14 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 				}
 				spec.Upstream = up
 			}
+			rep := newRunReport(stderr, jsonOut, quiet)
 			store, err := openStore()
 			if err != nil {
-				return err
+				rep.end(nil, err, exitPostern, records.EndStartFailed, 0)
+				if jsonOut {
+					return &exitError{exitPostern, errors.New("")}
+				}
+				return &exitError{exitPostern, err}
 			}
 			if spec.Machine == "local" {
 				leaveCoresToTheRun() // the door serves from this process
@@ -84,43 +90,38 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 			spec.Env = os.Environ()
 			spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
 			spec.Signals = sigs
-			spec.Warn = os.Stderr
-			spec.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			if !quiet {
-				spec.OnEvent = func(ev door.Event) { printDenial(os.Stderr, ev) }
+			spec.Warn = rep.warnings()
+			spec.Logger = rep.logger()
+			spec.OnStart = rep.start
+			spec.OnEvent = rep.event
+			if jsonOut {
+				// A terminal's progress line is no JSON line.
+				spec.Remote.Progress = io.Discard
 			}
 			if err := workspaceFlags(&spec.Workspace, &runWorkspace); err != nil {
 				return &exitError{2, err}
 			}
 			// Signals reach the run through spec.Signals; they must not also cancel it.
+			begun := time.Now()
 			run, err := dispatch.Run(context.WithoutCancel(cmd.Context()), store, spec)
+			code, why := runOutcome(run, err)
+			rep.end(run, err, code, why, time.Since(begun))
+			if run != nil && !jsonOut {
+				printWorkspace(stderr, run)
+			}
+			if code == 0 {
+				return nil
+			}
 			var ref *carry.Refusal
-			var perr *dispatch.PolicyError
-			var rerr *dispatch.RecordError
 			switch {
+			case jsonOut || err == nil:
+				// Said in the end object, or the run's own status.
+				return &exitError{code, errors.New("")}
 			case errors.As(err, &ref):
-				fmt.Fprintln(os.Stderr, ref.Error())
-				return &exitError{exitRefused, errors.New("")}
-			case errors.As(err, &perr):
-				return &exitError{2, err}
-			case errors.As(err, &rerr):
-				return &exitError{exitUnrecorded, err}
-			case err != nil:
-				return err
+				fmt.Fprintln(stderr, ref.Error())
+				return &exitError{code, errors.New("")}
 			}
-			if !quiet && (run.Denied > 0 || run.WouldDeny > 0) {
-				fmt.Fprintf(os.Stderr, "postern: run %s: %d allowed, %d denied, %d would be denied under enforce; see 'postern runs events %s'\n",
-					run.ID, run.Allowed, run.Denied, run.WouldDeny, run.ID)
-			}
-			if run.EventsDropped > 0 {
-				fmt.Fprintf(os.Stderr, "postern: run %s: %d events over the rate of %d a second were counted, not stored\n",
-					run.ID, run.EventsDropped, records.DefaultEventRate)
-			}
-			printWorkspace(os.Stderr, run)
-			if run.ExitCode != nil && *run.ExitCode != 0 {
-				return &exitError{*run.ExitCode, errors.New("")}
-			}
-			return nil
+			return &exitError{code, err}
 		},
 	}
 	f := cmd.Flags()
@@ -136,7 +137,9 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 	f.DurationVar(&spec.Remote.SSH.ConnectTimeout, "connect-timeout", 0, "bound on each ssh connect and handshake to a remote machine (default: the ssh config's ConnectTimeout, else 15s)")
 	f.StringVar(&spec.Network, "network", "", "\"none\": run with no network at all, only lo: no door, no DNS, nothing to judge")
 	f.IntVar(&spec.PidsLimit, "pids-limit", 0, "processes and threads the run may have at once (default: the policy's pids_limit, else 4096)")
-	f.BoolVarP(&quiet, "quiet", "q", false, "do not print denials on stderr as they happen")
+	f.BoolVarP(&quiet, "quiet", "q", false, "do not print the start line, nor denials as they happen")
+	f.BoolVar(&jsonOut, "json", false, "say everything postern itself says as JSON lines on stderr: start, denials, warnings, end (the run's own output untouched)")
+	f.StringArrayVarP(&spec.PassEnv, "env", "e", nil, "give the run NAME=VALUE, or NAME with its value here (repeatable); the record keeps the name, never the value")
 	f.StringVar(&spec.Container.Image, "container", "", "run in a local container from IMAGE, with the wall inside the container's own network namespace")
 	f.StringVar(&spec.Container.Engine, "engine", "", "container engine for --container: podman or docker (default: the first that answers)")
 	f.StringVar(&spec.Container.Network, "container-network", "", "with --container: \"none\" runs it with no network at all (no wall, no door)")

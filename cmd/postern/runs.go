@@ -118,6 +118,8 @@ func init() {
 			for _, w := range r.Writes {
 				row("writes", w)
 			}
+			row("env", strings.Join(r.EnvNames, ", ")) // names only: values are never recorded
+			row("end", r.End)
 			row("why", r.Why)
 			workspaceRows(row, r)
 			return tw.Flush()
