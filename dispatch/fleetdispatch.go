@@ -218,7 +218,8 @@ func (s *dispatchSaver) close() {
 // DispatchView is a dispatch as the records hold it, with its record read.
 type DispatchView struct {
 	*records.Dispatch
-	Rec *fleet.Record
+	// Rec is Record decoded; as JSON, Record is it.
+	Rec *fleet.Record `json:"-"`
 }
 
 // reconcileDispatch marks a running dispatch whose controller is gone as
