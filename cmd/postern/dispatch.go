@@ -111,6 +111,7 @@ leaves the work to a background process of its own: see 'postern dispatches'.`,
 	f.BoolVar(&asJSON, "json", false, "one JSON object per change on stdout (the summary table goes to stderr)")
 	f.BoolVar(&detach, "detach", false, "print the dispatch's id and do the work in a background process of its own")
 	f.StringVar(&policyPath, "policy", "", "policy for the walled tasks that have none, neither their own nor the file's (default: they may reach nothing)")
+	f.StringArrayVarP(&fs.Base.PassEnv, "env", "e", nil, "give every task's run NAME=VALUE, or NAME with its value here (repeatable; a task's own env wins); the records keep the name, never the value")
 	f.StringArrayVar(&fs.Base.AddHosts, "add-host", nil, "pin a name to an address for the doors' lookups, NAME:IP (repeatable)")
 	f.StringVar(&fs.Base.Resolver, "resolver", "", "DNS server (host:port) for the doors' own lookups; default each machine's resolver")
 	f.DurationVar(&connTimeout, "connect-timeout", 0, "bound on each ssh connect and handshake to a remote machine (default: the ssh config's ConnectTimeout, else 15s)")
@@ -159,6 +160,7 @@ func detachDispatch(store *records.Store, cmd *cobra.Command, path string) (stri
 		return "", err
 	}
 	args := []string{"dispatch", "--detached-child", "--id", id}
+	var extraEnv []string
 	fl := cmd.Flags()
 	for _, name := range []string{"max", "policy", "resolver", "connect-timeout"} {
 		if fl.Changed(name) {
@@ -174,6 +176,18 @@ func detachDispatch(store *records.Store, cmd *cobra.Command, path string) (stri
 	if pins, err := fl.GetStringArray("add-host"); err == nil {
 		for _, p := range pins {
 			args = append(args, "--add-host="+p)
+		}
+	}
+	// An --env NAME takes its value here and now: the background process
+	// gets it in its environment, which it inherits, so the value never
+	// goes on its command line.
+	if vars, err := fl.GetStringArray("env"); err == nil {
+		for _, v := range vars {
+			name, _, _ := strings.Cut(v, "=")
+			args = append(args, "--env="+name)
+			if strings.Contains(v, "=") {
+				extraEnv = append(extraEnv, v)
+			}
 		}
 	}
 	args = append(args, path)
@@ -193,6 +207,7 @@ func detachDispatch(store *records.Store, cmd *cobra.Command, path string) (stri
 	}
 	defer null.Close()
 	bg := exec.Command(exe, args...)
+	bg.Env = append(os.Environ(), extraEnv...)
 	bg.Stdin, bg.Stdout, bg.Stderr = null, logf, logf
 	bg.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := bg.Start(); err != nil {

@@ -334,10 +334,12 @@ func TestDispatchFleet(t *testing.T) {
 	// command; wait follows it to its end and exits as it does.
 	t.Run("DetachWait", func(t *testing.T) {
 		src := "machines = [\"m1\", \"m2\"]\n" +
-			"task \"one\" {\n  command = [\"sh\", \"-c\", \"sleep 2.5; echo detached-one\"]\n}\n" +
-			"task \"two\" {\n  command = [\"sh\", \"-c\", \"sleep 1; echo detached-two\"]\n}\n"
+			"task \"one\" {\n  command = [\"sh\", \"-c\", \"sleep 2.5; echo detached-one$VIA\"]\n}\n" +
+			"task \"two\" {\n  command = [\"sh\", \"-c\", \"sleep 1; echo detached-two$VIA\"]\n}\n"
 		t0 := time.Now()
-		out := c.mustPostern(t, "dispatch", "--detach", tasksFile(t, src))
+		// --env reaches every task through the background process, and
+		// its value never goes on a command line.
+		out := c.mustPostern(t, "dispatch", "--detach", "--env", "VIA=-secret-via-env", tasksFile(t, src))
 		if took := time.Since(t0); took > 900*time.Millisecond {
 			t.Fatalf("--detach took %s: it must not wait for the tasks", took)
 		}
@@ -365,6 +367,9 @@ func TestDispatchFleet(t *testing.T) {
 		if f := strings.Fields(string(stat)[strings.LastIndexByte(string(stat), ')')+1:]); len(f) < 4 || f[3] != strconv.Itoa(d.Pid) {
 			t.Fatalf("the background process %d is not a session leader: %s", d.Pid, stat)
 		}
+		if cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(d.Pid) + "/cmdline"); strings.Contains(string(cmdline), "secret-via-env") || !strings.Contains(string(cmdline), "--env=VIA") {
+			t.Fatalf("the background process's command line: %q; want --env=VIA and never its value", cmdline)
+		}
 		// Follow one run's output while it runs: what it writes after the
 		// follow began arrives, and the follow ends with the run.
 		var runID string
@@ -380,7 +385,7 @@ func TestDispatchFleet(t *testing.T) {
 		})
 		followed := time.Now()
 		fo, fe, fc := c.postern(t, "runs", "logs", "--follow", runID)
-		if fc != 0 || fo != "detached-one\n" {
+		if fc != 0 || fo != "detached-one-secret-via-env\n" {
 			t.Fatalf("runs logs --follow %s, begun while it ran: exit %d, %q %q", runID, fc, fo, fe)
 		}
 		var one records.Run
@@ -396,8 +401,11 @@ func TestDispatchFleet(t *testing.T) {
 			t.Fatalf("%d runs, want 2", len(rs))
 		}
 		for _, r := range rs {
+			if raw := c.mustPostern(t, "runs", "show", "--json", r.ID); strings.Contains(raw, "secret-via-env") || !slices.Contains(r.EnvNames, "VIA") {
+				t.Fatalf("run %s's record: env names %v; the value must never be recorded:\n%s", r.ID, r.EnvNames, raw)
+			}
 			lo := c.mustPostern(t, "runs", "logs", "--follow", r.ID)
-			if lo != "detached-"+r.Task+"\n" {
+			if lo != "detached-"+r.Task+"-secret-via-env\n" {
 				t.Fatalf("runs logs %s (task %s): %q", r.ID, r.Task, lo)
 			}
 		}
