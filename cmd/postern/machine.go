@@ -226,6 +226,8 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 	var (
 		dest, identity, agentDir string
 		labels                   []string
+		addCheck, addTrust       bool
+		addConnectTimeout        time.Duration
 	)
 	add := &cobra.Command{
 		Use:   "add NAME --ssh DEST",
@@ -260,17 +262,30 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			if _, err := machine.ParseDest(dest); err != nil {
 				return &exitError{2, err}
 			}
+			sshOpts := machine.SSHOptions{Identity: identity, TrustNewHostKey: addTrust, ConnectTimeout: addConnectTimeout}
+			res, err := machine.ResolveDest(cmd.Context(), dest, sshOpts, nil)
+			if err != nil {
+				return &exitError{2, fmt.Errorf("machine %s: %w", name, err)}
+			}
+			if addCheck {
+				if err := checkConnect(cmd.Context(), dest, sshOpts); err != nil {
+					return fmt.Errorf("machine %s: %w; it was not added", name, err)
+				}
+			}
 			mm := machine.Machine{Name: name, SSH: dest, Identity: identity, AgentDir: agentDir, Labels: lm, AddedAt: time.Now().UTC()}
 			if err := store.PutMachine(mm); err != nil {
 				return err
 			}
-			fmt.Printf("added %s (%s); it is unmeasured: runs on it are refused until 'postern machine probe-confinement %s'\n", name, dest, name)
+			fmt.Printf("added %s (%s, %s); it is unmeasured: runs on it are refused until 'postern machine probe-confinement %s'\n", name, dest, resolvedText(res, addCheck), name)
 			return nil
 		},
 	}
 	add.Flags().StringVar(&dest, "ssh", "", "ssh destination: an alias from ~/.ssh/config or [user@]host[:port]")
 	add.Flags().StringVar(&identity, "identity", "", "private key file")
 	add.Flags().StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	add.Flags().BoolVar(&addCheck, "check", false, "also connect and log in over ssh before adding it")
+	add.Flags().BoolVar(&addTrust, "trust-new-host-key", false, "with --check: accept and record the host key of a machine known_hosts does not list yet")
+	add.Flags().DurationVar(&addConnectTimeout, "connect-timeout", 0, "with --check: bound on the ssh connect and handshake (default: the ssh config's ConnectTimeout, else 15s)")
 	add.Flags().StringVar(&agentDir, "agent-dir", "", "directory on the machine for postern's agent (default ~/.cache/postern/agents); use one that allows executables")
 
 	rm := &cobra.Command{
