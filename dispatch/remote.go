@@ -86,6 +86,13 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 			}
 		}
 	}
+	in.Removed = func(g agent.Installed) {
+		if r.Agents != nil {
+			if err := r.Agents.RemoveAgent(m.Name, g.Hash); err != nil {
+				fmt.Fprintf(warn, "postern: agent on %s: %v\n", m.Name, err)
+			}
+		}
+	}
 	// The path and what differed come from the remote: shown as printable text.
 	in.Warn = func(what string) {
 		fmt.Fprintf(warn, "postern: agent on %s: %s; reinstalled\n", m.Name, termtext.Printable(what))

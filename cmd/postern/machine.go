@@ -154,9 +154,10 @@ func init() {
 
 	var showJSON bool
 	show := &cobra.Command{
-		Use:   "show NAME",
-		Short: "Show a machine and its last measured record",
-		Args:  cobra.ExactArgs(1),
+		Use:               "show NAME",
+		Short:             "Show a machine and its last measured record",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeMachines,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, err := openStore()
 			if err != nil {
@@ -288,19 +289,44 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 	add.Flags().DurationVar(&addConnectTimeout, "connect-timeout", 0, "with --check: bound on the ssh connect and handshake (default: the ssh config's ConnectTimeout, else 15s)")
 	add.Flags().StringVar(&agentDir, "agent-dir", "", "directory on the machine for postern's agent (default ~/.cache/postern/agents); use one that allows executables")
 
+	var rmClean, rmTrust bool
 	rm := &cobra.Command{
 		Use:   "rm NAME",
-		Short: "Remove a machine and its record",
-		Args:  cobra.ExactArgs(1),
+		Short: "Remove a machine and its record (--clean: and what postern left on it)",
+		Long: `Remove a machine and its record. What postern installed there stays unless --clean is
+given: then the machine's agents and probe images are removed first, as 'postern machine clean'
+does, and the machine is forgotten only once that worked.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeMachines,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, err := openStore()
 			if err != nil {
 				return err
 			}
-			return store.RemoveMachine(args[0])
+			mm, err := store.Machine(args[0])
+			if err != nil {
+				return err
+			}
+			if rmClean && !mm.IsLocal() {
+				found, err := cleanMachine(cmd, store, mm, false, rmTrust)
+				printLeftovers(os.Stdout, mm.Name, found, false)
+				if err != nil {
+					return fmt.Errorf("%w; %s is still known: mend that and run 'postern machine rm --clean %s' again, or 'postern machine rm %s' to forget it as it is", err, mm.Name, mm.Name, mm.Name)
+				}
+			}
+			if err := store.RemoveMachine(mm.Name); err != nil {
+				return err
+			}
+			fmt.Printf("removed %s\n", mm.Name)
+			if !rmClean && !mm.IsLocal() {
+				fmt.Fprintf(os.Stderr, "postern: what postern installed on %s stays there (its agents, about 12 MB each); 'postern machine rm --clean %s' removes it with the machine\n", mm.Name, mm.Name)
+			}
+			return nil
 		},
 	}
+	rm.Flags().BoolVar(&rmClean, "clean", false, "first remove the machine's agents and probe images, as 'postern machine clean' does")
+	rm.Flags().BoolVar(&rmTrust, "trust-new-host-key", false, "with --clean: accept and record the ssh host key of a machine known_hosts does not list yet")
 
-	m.AddCommand(list, show, probeCmd, add, rm, importCommand())
+	m.AddCommand(list, show, probeCmd, add, rm, importCommand(), cleanCommand())
 	rootCmd.AddCommand(m)
 }

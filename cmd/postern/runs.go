@@ -51,9 +51,10 @@ func init() {
 
 	var showJSON bool
 	show := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show one run (a unique prefix of its id is enough)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "show ID",
+		Short:             "Show one run (a unique prefix of its id is enough)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, err := openStore()
 			if err != nil {
@@ -118,9 +119,10 @@ func init() {
 		follow bool
 	)
 	events := &cobra.Command{
-		Use:   "events ID",
-		Short: "Print a run's events (--follow to keep printing while it runs)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "events ID",
+		Short:             "Print a run's events (--follow to keep printing while it runs)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, err := openStore()
 			if err != nil {
