@@ -197,7 +197,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			// Remote machines are measured through their agent (machine_remote.go).
 			// Machines measured are printed even when others failed.
-			views, perr := probeMachines(cmd.Context(), store, args, probeAll, machine.SSHOptions{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}, logger)
+			views, perr := probeMachines(cmd.Context(), store, args, probeAll, withSSHConfig(machine.SSHOptions{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}), logger)
 			if len(views) == 0 {
 				return perr
 			}
@@ -263,7 +263,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			if _, err := machine.ParseDest(dest); err != nil {
 				return &exitError{2, err}
 			}
-			sshOpts := machine.SSHOptions{Identity: identity, TrustNewHostKey: addTrust, ConnectTimeout: addConnectTimeout}
+			sshOpts := withSSHConfig(machine.SSHOptions{Identity: identity, TrustNewHostKey: addTrust, ConnectTimeout: addConnectTimeout})
 			res, err := machine.ResolveDest(cmd.Context(), dest, sshOpts, nil)
 			if err != nil {
 				return &exitError{2, fmt.Errorf("machine %s: %w", name, err)}

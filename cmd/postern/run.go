@@ -84,6 +84,7 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 			spec.Env = os.Environ()
 			spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
 			spec.Signals = sigs
+			spec.Remote.SSH = withSSHConfig(spec.Remote.SSH)
 			spec.Warn = os.Stderr
 			spec.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			if !quiet {
