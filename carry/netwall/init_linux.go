@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -88,7 +89,15 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 	if tty != nil {
 		tty.relay()
 	}
-	if err := ctl.send(message{Type: msgStarted, Pid: pid}); err != nil {
+	var started []*os.File
+	if notify != nil {
+		started = append(started, notify)
+	}
+	err = ctl.send(message{Type: msgStarted, Pid: pid}, started...)
+	if notify != nil {
+		notify.Close()
+	}
+	if err != nil {
 		pid1.KillAll(pid)
 		return exitKilled
 	}
@@ -469,9 +478,33 @@ func startCommand(cfg initConfig, tty *runTerminal) (int, error) {
 		attr.Sys.Ctty = 0
 	}
 	argv := append([]string{os.Args[0], ExecArg}, cfg.Command...)
+	// Landlock will refuse connects the wall never sees: the exec stage
+	// sends its connect notifications back for them to be recorded
+	// (connectwatch_linux.go).
+	var mine, theirs *os.File
+	if connectPorts(cfg.Env) != nil {
+		var err error
+		if mine, theirs, err = connectNotifyPair(); err == nil {
+			attr.Files = append(attr.Files[:len(attr.Files):len(attr.Files)], theirs.Fd())
+			attr.Env = append(attr.Env[:len(attr.Env):len(attr.Env)], fmt.Sprintf("%s=%d", connectNotifyEnv, connectNotifyFD))
+		}
+	}
 	pid, err := syscall.ForkExec("/proc/self/exe", argv, attr)
+	if theirs != nil {
+		theirs.Close()
+	}
 	if err != nil {
+		if mine != nil {
+			mine.Close()
+		}
 		return 0, fmt.Errorf("start %q in %s: %w", cfg.Command[0], cfg.Dir, err)
+	}
+	if mine != nil {
+		notify = recvConnectNotify(mine, 10*time.Second)
 	}
 	return pid, nil
 }
+
+// notify is the exec stage's connect notification descriptor, if it sent one:
+// it goes to the host with msgStarted.
+var notify *os.File
