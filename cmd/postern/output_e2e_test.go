@@ -368,6 +368,25 @@ curl -s --max-time 2 https://x.test/ >/dev/null; true`
 	if !strings.Contains(screen, "port 8081 is not in the policy's ports") {
 		t.Fatalf("follow did not show the wall's refusal:\n%s", screen)
 	}
+	// --json: every event has every key, whatever its kind.
+	var first []string
+	for i, line := range strings.Split(strings.TrimSpace(c.mustPostern(t, "runs", "events", id, "--json")), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("event %d: %v: %s", i, err, line)
+		}
+		var keys []string
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		if i == 0 {
+			first = keys
+		}
+		if !slices.Equal(keys, first) || !slices.Contains(keys, "port") || !slices.Contains(keys, "bytes_up") || !slices.Contains(keys, "repeats") {
+			t.Fatalf("event %d has keys %v, the first %v", i, keys, first)
+		}
+	}
 }
 
 // A remote run's record holds where it ran on the remote: its wall's pid

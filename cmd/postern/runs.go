@@ -160,7 +160,7 @@ func init() {
 			return printEvents(cmd.Context(), store, r.ID, os.Stdout, evJSON, follow)
 		},
 	}
-	events.Flags().BoolVar(&evJSON, "json", false, "print JSON lines, as the door does")
+	events.Flags().BoolVar(&evJSON, "json", false, "print JSON lines, as the door does, each with every key")
 	events.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until the run ends")
 
 	runs.AddCommand(list, show, events)
@@ -188,7 +188,6 @@ func printEvents(ctx context.Context, store *records.Store, id string, w io.Writ
 		seq    uint64
 		header bool
 	)
-	enc := json.NewEncoder(w)
 	// Following, rows come a few at a time: columns of fixed widths (that
 	// only grow) keep them under the header; otherwise all rows are aligned
 	// at once.
@@ -207,7 +206,11 @@ func printEvents(ctx context.Context, store *records.Store, id string, w io.Writ
 		seq = next
 		for _, ev := range evs {
 			if asJSON {
-				if err := enc.Encode(ev); err != nil {
+				b, err := fullJSON(ev)
+				if err != nil {
+					return err
+				}
+				if _, err := w.Write(append(b, '\n')); err != nil {
 					return err
 				}
 				continue
