@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os/exec"
 	"regexp"
 	"strings"
 
@@ -61,7 +62,7 @@ func parseProbeImages(out string) []Leftover {
 // again.
 func CleanRemote(ctx context.Context, m machine.Machine, r Remote, dryRun bool) ([]Leftover, error) {
 	if m.IsLocal() {
-		return nil, fmt.Errorf("machine %s is local: nothing of postern's is installed on it", m.Name)
+		return CleanLocal(ctx, dryRun)
 	}
 	opts := r.SSH
 	if opts.Identity == "" {
@@ -115,4 +116,26 @@ func CleanRemote(ctx context.Context, m machine.Machine, r Remote, dryRun bool) 
 		return found, fmt.Errorf("machine %s: %w", m.Name, errors.Join(errs...))
 	}
 	return found, nil
+}
+
+// CleanLocal finds the probe's container images on this machine (no agent is
+// installed here) and, unless dryRun, removes them.
+func CleanLocal(ctx context.Context, dryRun bool) ([]Leftover, error) {
+	out, err := exec.CommandContext(ctx, "sh", "-c", probeImagesCommand).Output()
+	if err != nil {
+		return nil, fmt.Errorf("list the probe's images: %w", err)
+	}
+	found := parseProbeImages(string(out))
+	if dryRun {
+		return found, nil
+	}
+	var errs []error
+	for i, img := range found {
+		if out, err := exec.CommandContext(ctx, img.Engine, "image", "rm", img.What).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("remove image %s from %s: %w: %s", img.What, img.Engine, err, strings.TrimSpace(string(out))))
+			continue
+		}
+		found[i].Removed = true
+	}
+	return found, errors.Join(errs...)
 }

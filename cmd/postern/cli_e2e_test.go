@@ -117,3 +117,21 @@ func TestManPages(t *testing.T) {
 		}
 	}
 }
+
+// run --machine and probe-confinement's names complete too; a name given is
+// not offered again.
+func TestCompletionOfMachineFlagsAndLists(t *testing.T) {
+	c := newController(t)
+	c.mustPostern(t, "machine", "add", "gpu1", "--ssh", "root@10.250.0.1")
+	c.mustPostern(t, "machine", "add", "gpu2", "--ssh", "root@10.250.0.2")
+	if out := c.mustPostern(t, "__complete", "run", "--machine", "gp"); !strings.HasPrefix(out, "gpu1\t") || !strings.Contains(out, "\ngpu2\t") {
+		t.Fatalf("__complete run --machine gp:\n%s", out)
+	}
+	out := c.mustPostern(t, "__complete", "machine", "probe-confinement", "gpu1", "")
+	if strings.Contains(out, "gpu1\t") || !strings.Contains(out, "gpu2\t") || !strings.Contains(out, "local\t") {
+		t.Fatalf("__complete machine probe-confinement gpu1 '':\n%s", out)
+	}
+	if out := c.mustPostern(t, "__complete", "runs", "list", "--state", "r"); !strings.HasPrefix(out, "running\n") || !strings.Contains(out, "refused\n") {
+		t.Fatalf("__complete runs list --state r:\n%s", out)
+	}
+}

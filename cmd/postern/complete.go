@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,6 +15,33 @@ func completeMachines(cmd *cobra.Command, args []string, toComplete string) ([]s
 	if len(args) > 0 {
 		return nil, cobra.ShellCompDirectiveNoFileComp
 	}
+	return machineNamesLike(toComplete, nil)
+}
+
+// completeMoreMachines completes any argument with the names of machines
+// not given yet.
+func completeMoreMachines(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	return machineNamesLike(toComplete, args)
+}
+
+// completeMachineFlag completes a --machine flag.
+func completeMachineFlag(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+	return machineNamesLike(toComplete, nil)
+}
+
+func init() {
+	// run is defined in a file after this one: its --machine completes once
+	// every command exists (and before __complete looks).
+	cobra.OnInitialize(func() {
+		if run, _, err := rootCmd.Find([]string{"run"}); err == nil && run != nil && run.Flags().Lookup("machine") != nil {
+			if _, ok := run.GetFlagCompletionFunc("machine"); !ok {
+				_ = run.RegisterFlagCompletionFunc("machine", completeMachineFlag)
+			}
+		}
+	})
+}
+
+func machineNamesLike(toComplete string, given []string) ([]string, cobra.ShellCompDirective) {
 	store, err := openStore()
 	if err != nil {
 		return nil, cobra.ShellCompDirectiveError
@@ -24,7 +52,7 @@ func completeMachines(cmd *cobra.Command, args []string, toComplete string) ([]s
 	}
 	var out []string
 	for _, m := range ms {
-		if strings.HasPrefix(m.Name, toComplete) {
+		if strings.HasPrefix(m.Name, toComplete) && !slices.Contains(given, m.Name) {
 			desc := "local"
 			if m.SSH != "" {
 				desc = m.SSH

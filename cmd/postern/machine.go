@@ -296,6 +296,7 @@ func init() {
 Each rung is measured by doing it for real: create a user and network namespace, redirect a
 connection with nftables and read its original destination, over IPv4 and IPv6, ask Landlock its
 ABI. The record is the only thing that decides which wall a run gets. Without NAME, measures local.`,
+		ValidArgsFunction: completeMoreMachines,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, err := openStore()
 			if err != nil {

@@ -22,11 +22,11 @@ func cleanCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "clean NAME",
 		Short: "Remove what postern left on a machine: its agents and the probe's container images",
-		Long: `Remove what postern left on a remote machine: every version of its agent under the
-machine's agent directory (~/.cache/postern/agents unless agent_dir says otherwise) and the
-image the probe imports into podman or docker (localhost/postern-probe:…). What is removed is
-listed; --dry-run lists it and removes nothing. The next run or probe installs the agent again.
-Installing already keeps only the two newest versions.`,
+		Long: `Remove what postern left on a machine: every version of its agent under the machine's
+agent directory (~/.cache/postern/agents unless agent_dir says otherwise) and the image the
+probe imports into podman or docker (localhost/postern-probe:…); on local, the probe's images.
+What is removed is listed; --dry-run lists it and removes nothing. The next run or probe installs
+the agent again. Installing already keeps only the two newest versions.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeMachines,
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -237,6 +237,19 @@ func TestMachineClean(t *testing.T) {
 		t.Fatalf("after a run: agents %v, want %s", got, hashes[2])
 	}
 
+	// On local: the probe's image in the same storage, through podman here.
+	podman("import", tarball, probeImage)
+	r.C.Env = []string{"CONTAINERS_STORAGE_CONF=" + storageConf}
+	if out := r.C.mustPostern(t, "machine", "clean", "local", "--dry-run"); !strings.Contains(out, "would remove  probe-image  -     "+probeImage+" (podman)") {
+		t.Fatalf("clean local --dry-run:\n%s", out)
+	}
+	if out := r.C.mustPostern(t, "machine", "clean", "local"); !strings.Contains(out, "removed  probe-image") {
+		t.Fatalf("clean local:\n%s", out)
+	}
+	if imgs := podman("images", "--format", "{{.Repository}}:{{.Tag}}"); strings.Contains(imgs, "postern-probe") {
+		t.Fatalf("probe image left after clean local:\n%s", imgs)
+	}
+
 	// machine rm leaves the agent and says so; rm --clean removes it.
 	_, stderr, code := r.C.postern(t, "machine", "rm", "far")
 	if code != 0 || !strings.Contains(stderr, "stays there") || !strings.Contains(stderr, "machine rm --clean far") {
