@@ -81,7 +81,7 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 			return exitInitFailed
 		}
 	}
-	pid, err := startCommand(cfg, tty)
+	pid, notify, err := startCommand(cfg, tty)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
 		return exitInitFailed
@@ -465,7 +465,9 @@ func resolvConfUnder() (string, []byte) {
 // its controlling terminal; without, it has none. (In the caller's session
 // its /dev/tty would be the caller's terminal, where TIOCSTI types into the
 // shell that started postern.)
-func startCommand(cfg initConfig, tty *runTerminal) (int, error) {
+// startCommand starts the exec stage and returns its pid and, where Landlock
+// confines its connects, its connect notification descriptor (nil if none).
+func startCommand(cfg initConfig, tty *runTerminal) (int, *os.File, error) {
 	attr := &syscall.ProcAttr{
 		Dir:   cfg.Dir,
 		Env:   cfg.Env,
@@ -497,14 +499,11 @@ func startCommand(cfg initConfig, tty *runTerminal) (int, error) {
 		if mine != nil {
 			mine.Close()
 		}
-		return 0, fmt.Errorf("start %q in %s: %w", cfg.Command[0], cfg.Dir, err)
+		return 0, nil, fmt.Errorf("start %q in %s: %w", cfg.Command[0], cfg.Dir, err)
 	}
+	var notify *os.File
 	if mine != nil {
 		notify = recvConnectNotify(mine, 10*time.Second)
 	}
-	return pid, nil
+	return pid, notify, nil
 }
-
-// notify is the exec stage's connect notification descriptor, if it sent one:
-// it goes to the host with msgStarted.
-var notify *os.File
