@@ -1,9 +1,14 @@
 package netwall
 
 import (
+	"context"
 	"encoding/binary"
 	"net/netip"
+	"os"
+	"runtime"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -99,4 +104,74 @@ func FuzzSockaddrDest(f *testing.F) {
 			t.Fatalf("%x gave an invalid address", b)
 		}
 	})
+}
+
+// Under Landlock a connect to a port outside the policy's fails with EACCES
+// before any packet; the wall hands it to the door through Refused, once per
+// attempt, and one to an allowed port not at all. Raising and closing such
+// walls leaves no goroutine or descriptor behind.
+func TestWallHandsLandlockRefusalsToTheDoor(t *testing.T) {
+	requireRoot(t)
+	if connectPorts([]string{LandlockConnectEnv([]uint16{443})}) == nil {
+		t.Fatal("no ports")
+	}
+	if !strings.HasPrefix(LandlockStatus([]uint16{443}), "abi ") || strings.Contains(LandlockStatus([]uint16{443}), "no network rules") {
+		t.Skipf("Landlock has no network rules here (%s): it refuses no connect to watch", LandlockStatus(nil))
+	}
+	// The exec stage execs this test binary, as /proc/self/exe: its path
+	// under /tmp is not there inside the wall.
+	self := "/proc/self/exe"
+	env := append(os.Environ(), LandlockConnectEnv([]uint16{443}))
+	var got []netip.AddrPort
+	r := runSpec(t, Spec{Command: []string{self, testDialArg, "tcp", "192.0.2.1:8081"}, Ports: []uint16{443}, Env: env}, func(w *Wall) {
+		for d := range w.Listeners().Refused {
+			got = append(got, d)
+		}
+	})
+	if !strings.Contains(r.stdout, "permission denied") {
+		t.Fatalf("connect to 8081 under Landlock: %q", r.stdout)
+	}
+	if len(got) != 1 || got[0] != netip.MustParseAddrPort("192.0.2.1:8081") {
+		t.Fatalf("refusals handed to the door: %v", got)
+	}
+	// An allowed port: redirected to the door, nothing refused.
+	got = nil
+	r = runSpec(t, Spec{Command: []string{self, testDialArg, "tcp", "192.0.2.1:443"}, Ports: []uint16{443}, Env: env}, func(w *Wall) {
+		for d := range w.Listeners().Refused {
+			got = append(got, d)
+		}
+	})
+	if r.stdout != "connected" || len(got) != 0 {
+		t.Fatalf("connect to 443: %q, refusals %v", r.stdout, got)
+	}
+
+	cycle := func() {
+		w, err := Raise(context.Background(), Spec{Command: []string{self, testDialArg, "tcp", "192.0.2.1:8081"}, Ports: []uint16{443}, Env: env, Dir: t.TempDir()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(); err != nil {
+			t.Fatal(err)
+		}
+		_, _ = w.Wait()
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cycle()
+	fds0, gr0 := openFDs(t), runtime.NumGoroutine()
+	for range 20 {
+		cycle()
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > gr0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if gr := runtime.NumGoroutine(); gr > gr0 {
+		buf := make([]byte, 1<<16)
+		t.Fatalf("goroutines: %d before, %d after\n%s", gr0, gr, buf[:runtime.Stack(buf, true)])
+	}
+	if fds := openFDs(t); len(fds) > len(fds0) {
+		t.Fatalf("open descriptors: %d before, %d after: %v", len(fds0), len(fds), fds)
+	}
 }
