@@ -86,6 +86,13 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 			}
 		}
 	}
+	in.Removed = func(g agent.Installed) {
+		if r.Agents != nil {
+			if err := r.Agents.RemoveAgent(m.Name, g.Hash); err != nil {
+				fmt.Fprintf(warn, "postern: agent on %s: %v\n", m.Name, err)
+			}
+		}
+	}
 	// The path and what differed come from the remote: shown as printable text.
 	in.Warn = func(what string) {
 		fmt.Fprintf(warn, "postern: agent on %s: %s; reinstalled\n", m.Name, termtext.Printable(what))
@@ -210,8 +217,8 @@ func platform(uname string) (goos, goarch string, err error) {
 // runRemote runs the command on a remote machine through its agent, which raises
 // the wall and the door there. Events are recorded here as they arrive.
 func runRemote(ctx context.Context, store *records.Store, run *records.Run, spec Spec, rec *probe.Record, m machine.Machine) (int, error) {
-	var src []byte
-	if spec.PolicyPath != "" {
+	src := spec.policySrc
+	if src == nil && spec.PolicyPath != "" {
 		b, err := os.ReadFile(spec.PolicyPath)
 		if err != nil {
 			return 0, &PolicyError{fmt.Errorf("read policy: %w", err)}
@@ -278,6 +285,13 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	cio.OnEvent = evlog.Emit
 	cio.OnStart = func(st agent.Started) {
 		run.Landlock = termtext.Printable(st.Landlock)
+		// Where the run is on the remote, as its agent says.
+		if st.Pid > 0 {
+			run.RunPid = st.Pid
+		}
+		if st.Dir != "" {
+			run.Dir = termtext.Printable(st.Dir)
+		}
 		if st.Seal != nil {
 			// Measured beside the run, on the remote.
 			run.Seal = &records.Seal{Held: st.Seal.Held, Guardrail: termtext.Printable(st.Seal.Guardrail), Why: termtext.Printable(st.Seal.Why)}
@@ -434,7 +448,12 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 	}
 	if runtime.GOOS == "darwin" {
 		// A Mac carries the run with the connect door (remote-macos).
-		walled, onStart = RunSeatbelt, func() { rio.OnStart("none: macOS, the run is under a seatbelt profile", seal) }
+		walled, onStart = RunSeatbelt, func() {
+			if rio.Place != nil {
+				rio.Place(0, dir)
+			}
+			rio.OnStart("none: macOS, the run is under a seatbelt profile", seal)
+		}
 	}
 	code, err := walled(ctx, Walled{
 		Run: req.ID, Machine: req.Machine, Lane: req.Lane,
@@ -444,7 +463,12 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		Files: files, PidsLimit: req.PidsLimit, Where: req.Machine,
 		OnWrites: rio.Writes, // told to the person at home, with the exit
 		Signals:  rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
-		OnStart:       onStart,
+		OnStart: onStart,
+		OnPid: func(pid int) {
+			if rio.Place != nil {
+				rio.Place(pid, dir)
+			}
+		},
 		Landlock:      true,
 		NoNetwork:     req.NoNetwork,
 		NeverWritable: agentDir(),
@@ -512,6 +536,9 @@ func serveOpenRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO) (i
 	env := withEnv(os.Environ(), req.Env)
 	if ce := checkCommand(req.Command, dir, env, pathPassed(req.Env)); ce != nil {
 		return 0, notRun(ce)
+	}
+	if rio.Place != nil {
+		rio.Place(0, dir)
 	}
 	rio.OnStart("none: open network (--egress-open)", nil)
 	return runOpenCmd(ctx, openRun{

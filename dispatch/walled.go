@@ -61,6 +61,9 @@ type Walled struct {
 	BeforeStart func() error
 	// OnStart, if set, is called once the command runs inside the wall.
 	OnStart func()
+	// OnPid, if set, is told the pid of the wall's process (the root of the
+	// run's tree, on this machine), before OnStart.
+	OnPid func(pid int)
 	// Landlock also confines the command with Landlock, where the kernel has
 	// network rules: TCP connect only to the policy's ports and DNS.
 	Landlock bool
@@ -199,6 +202,15 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		code            int
 		runErr, doorErr error
 	)
+	if w.OnPid != nil {
+		onStart := w.OnStart
+		w.OnStart = func() {
+			w.OnPid(wall.Pid())
+			if onStart != nil {
+				onStart()
+			}
+		}
+	}
 	if w.NoNetwork {
 		code, runErr = superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	} else {

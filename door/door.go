@@ -221,6 +221,13 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 			d.serveWallLog(ls.WallLog)
 		}()
 	}
+	if ls.Refused != nil {
+		serveWG.Add(1)
+		go func() {
+			defer serveWG.Done()
+			d.serveRefused(ls.Refused, stop)
+		}()
+	}
 
 	select {
 	case <-ctx.Done():

@@ -118,4 +118,8 @@ type Listeners struct {
 	// decision, so that a refusal the door never saw is recorded and
 	// explained too. The door closes it when it stops.
 	WallLog *os.File
+	// Refused, when set, carries the TCP connects Landlock refuses before
+	// the wall sees a packet (a destination whose port Landlock does not
+	// allow): each becomes a "wall" decision too. Its sender closes it.
+	Refused <-chan netip.AddrPort
 }

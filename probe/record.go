@@ -30,7 +30,7 @@ const (
 type Rung struct {
 	Result Result `json:"result"`
 	Detail string `json:"detail"`
-	Remedy string `json:"remedy,omitempty"`
+	Remedy string `json:"remedy"`
 }
 
 // Record is everything measured about one machine at one time. It is written only
@@ -40,7 +40,7 @@ type Record struct {
 	OS         string          `json:"os"`
 	Arch       string          `json:"arch"`
 	Kernel     string          `json:"kernel"`
-	OSVersion  string          `json:"os_version,omitempty"` // macOS: its product version, e.g. 15.1
+	OSVersion  string          `json:"os_version"` // macOS: its product version, e.g. 15.1
 	Version    string          `json:"postern_version"`
 	User       string          `json:"user"` // who measured: rungs differ for root and others
 	MeasuredAt time.Time       `json:"measured_at"`

@@ -83,3 +83,15 @@ func (s *Store) deleteAgents(tx *bolt.Tx, machine string) error {
 	}
 	return nil
 }
+
+// RemoveAgent forgets what was recorded of one agent on a machine (its file
+// was removed there). Forgetting one never recorded is no error.
+func (s *Store) RemoveAgent(machine, hash string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, bucketAgents)
+		if err != nil {
+			return err
+		}
+		return b.Delete(agentKey(machine, hash))
+	})
+}

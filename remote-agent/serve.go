@@ -44,6 +44,9 @@ type RunIO struct {
 	// OnStart is called once the run is inside its wall, with the Landlock
 	// confinement it got and its guardrail seal (nil: no guardrail).
 	OnStart func(landlock string, seal *SealState)
+	// Place, if called before OnStart, says where the run is: its wall's
+	// pid and its directory on this machine; they go home with OnStart.
+	Place func(pid int, dir string)
 	// Writes, called once the run is over, says what became of its writes
 	// that did not reach the machine as written; it goes home with the exit.
 	Writes func(lines []string)
@@ -370,15 +373,20 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 		go pump(rd, streams.types[i])
 	}
 
-	var writes []string
+	var (
+		writes   []string
+		pid      int
+		startDir string
+	)
 	code, runErr := h.Run(ctx, req, RunIO{
 		Stdin: streams.stdinR, Stdout: streams.stdoutW, Stderr: streams.stderrW,
 		Signals:   s.sigs,
 		Emit:      func(ev door.Event) { _ = s.w.WriteJSON(FrameEvent, ev) },
 		KillGrace: lostKillGrace,
 		OnStart: func(landlock string, seal *SealState) {
-			_ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock, Seal: seal})
+			_ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock, Seal: seal, Pid: pid, Dir: startDir})
 		},
+		Place:  func(p int, d string) { pid, startDir = p, d },
 		Writes: func(lines []string) { writes = lines },
 	})
 	// Every process of the run is gone: close the write ends so the copies

@@ -286,6 +286,10 @@ type Started struct {
 	// Seal is whether the policy's guardrail seal held, measured beside the
 	// run: held only when every guardrail answered there.
 	Seal *SealState `json:"seal,omitempty"`
+	// Pid is the run's wall's pid on the remote, 0 if unknown; Dir is the
+	// directory the command started in there.
+	Pid int    `json:"pid,omitempty"`
+	Dir string `json:"dir,omitempty"`
 }
 
 // SealState is a guardrail seal as measured beside a run.

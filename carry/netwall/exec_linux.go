@@ -64,6 +64,9 @@ func ExecDropped(argv []string) error {
 	if err := applySetIDFilter(); err != nil {
 		return err
 	}
+	if err := installConnectNotify(); err != nil {
+		return err
+	}
 	if err := closeInherited(); err != nil {
 		return err
 	}

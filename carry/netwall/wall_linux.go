@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -45,6 +46,14 @@ type Wall struct {
 	cmd    *exec.Cmd
 	ctl    *channel
 	lis    door.Listeners
+	// refused carries Landlock's refusals to the door; allowed are the
+	// ports Landlock lets the command connect to.
+	refused chan netip.AddrPort
+	allowed map[uint16]bool
+	// watchStop ends the watch of the command's connects; watchDone is
+	// closed when it has ended.
+	watchStop *os.File
+	watchDone chan struct{}
 
 	// pidsDone is closed once the run's pids limit is in place (see
 	// holdPids); pids and pidsDesc are set before.
@@ -158,6 +167,13 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if err != nil {
 		w.Close()
 		return nil, err
+	}
+	if ports := connectPorts(cfg.Env); ports != nil && !cfg.NoNetwork {
+		// Landlock's refusals, which the wall never sees, reach the door
+		// once the command starts (see connectwatch_linux.go).
+		ch := make(chan netip.AddrPort, 64)
+		w.refused, w.allowed = ch, ports
+		lis.Refused = ch
 	}
 	w.lis = lis
 	return w, nil
@@ -332,6 +348,18 @@ func (w *Wall) Start() error {
 	defer cancel()
 	<-w.pidsDone
 	reply, files, err := w.exchange(ctx, message{Type: msgStart})
+	if err == nil && reply.Type == msgStarted && len(files) == 1 && w.refused != nil {
+		// The command's connect notifications: watched until the run ends.
+		if r, wr, perr := os.Pipe(); perr == nil {
+			w.watchStop, w.watchDone = wr, make(chan struct{})
+			notify := files[0]
+			go func() {
+				defer close(w.watchDone)
+				watchConnects(notify, r, w.allowed, w.refused)
+			}()
+			files = nil
+		}
+	}
 	for _, f := range files {
 		f.Close()
 	}
@@ -463,6 +491,10 @@ func (w *Wall) Close() error {
 		w.ctl.Close()
 		if started {
 			<-w.endRead
+		}
+		if w.watchDone != nil {
+			w.watchStop.Close()
+			<-w.watchDone
 		}
 		closeListeners(w.lis)
 	})

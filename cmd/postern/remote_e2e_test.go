@@ -163,6 +163,17 @@ func (c *controller) mustPostern(t testing.TB, args ...string) string {
 // startSSHD runs sshd inside h, listening on listen:22, letting pub log in as root.
 func startSSHD(t testing.TB, h *testhosts.Host, listen netip.Addr, pub string) *sshHost {
 	t.Helper()
+	return startSSHDWith(t, h, listen, pub, sshdOptions{})
+}
+
+// sshdOptions change the test sshd's configuration.
+type sshdOptions struct {
+	NoSFTP bool     // no Subsystem sftp line: the remote has no sftp
+	Env    []string // more NAME=VALUE for sessions (SetEnv)
+}
+
+func startSSHDWith(t testing.TB, h *testhosts.Host, listen netip.Addr, pub string, o sshdOptions) *sshHost {
+	t.Helper()
 	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
 		t.Fatalf("OpenSSH sshd is needed for remote tests (apt-get install openssh-server): %v", err)
 	}
@@ -219,6 +230,12 @@ SetEnv HOME=%s
 PrintMotd no
 LogLevel ERROR
 `, listen, hostKey, hostKey, s.UserCA, filepath.Join(dir, "sshd.pid"), auth, s.Home)
+	if o.NoSFTP {
+		cfg = strings.Replace(cfg, "Subsystem sftp internal-sftp\n", "", 1)
+	}
+	if len(o.Env) > 0 {
+		cfg = strings.Replace(cfg, "SetEnv HOME="+s.Home, "SetEnv HOME="+s.Home+" "+strings.Join(o.Env, " "), 1)
+	}
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -299,6 +316,11 @@ type remoteLab struct {
 
 func newRemoteLab(t testing.TB) *remoteLab {
 	t.Helper()
+	return newRemoteLabWith(t, sshdOptions{})
+}
+
+func newRemoteLabWith(t testing.TB, o sshdOptions) *remoteLab {
+	t.Helper()
 	lab := testhosts.NewTestLab(t, "remote")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -320,7 +342,7 @@ func newRemoteLab(t testing.TB) *remoteLab {
 	if r.DNS, err = remote.ServeDNS(53, map[string][]netip.Addr{"upstream.test": {r.Link.AddrB}}); err != nil {
 		t.Fatal(err)
 	}
-	r.Remote = startSSHD(t, remote, remote.Addr, r.C.Pub)
+	r.Remote = startSSHDWith(t, remote, remote.Addr, r.C.Pub, o)
 	return r
 }
 
