@@ -17,6 +17,7 @@ import (
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/procstat"
 	"github.com/postern-dev/postern/machine"
@@ -57,7 +58,7 @@ type Spec struct {
 	Warn   io.Writer
 	Logger *slog.Logger
 	// OnEvent, if set, sees every event as it is recorded.
-	OnEvent func(door.Event)
+	OnEvent func(event.Event)
 	// Remote says how to reach a machine over ssh (see remote.go).
 	Remote Remote
 	// Container, with an image, runs the command in a local container (see

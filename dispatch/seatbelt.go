@@ -12,6 +12,7 @@ import (
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/seatbelt"
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
@@ -30,7 +31,7 @@ func RunSeatbelt(ctx context.Context, w Walled) (int, error) {
 		w.Warn = io.Discard
 	}
 	if w.Emit == nil {
-		w.Emit = func(door.Event) {}
+		w.Emit = func(event.Event) {}
 	}
 	if w.KillGrace <= 0 {
 		w.KillGrace = killGrace

@@ -16,6 +16,7 @@ import (
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -52,7 +53,7 @@ type Walled struct {
 	// Signals are forwarded to the run; SIGWINCH resizes its terminal.
 	Signals <-chan os.Signal
 	// Emit receives every event of the door. It must not block for long.
-	Emit func(door.Event)
+	Emit func(event.Event)
 	// KillGrace is how long the run has between SIGTERM and SIGKILL once ctx is
 	// done; zero means 5s.
 	KillGrace time.Duration
@@ -98,7 +99,7 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		w.Warn = io.Discard
 	}
 	if w.Emit == nil {
-		w.Emit = func(door.Event) {}
+		w.Emit = func(event.Event) {}
 	}
 	if w.KillGrace <= 0 {
 		w.KillGrace = killGrace

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 )
 
 // syncBuffer is a bytes.Buffer safe for the log's writer goroutine.
@@ -49,7 +49,7 @@ func TestEventLogEmitWhileClosing(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for i := range 200 {
-					l.Emit(door.Event{Event: "decision", Decision: "deny", Conn: uint64(g*1000 + i)})
+					l.Emit(event.Event{Event: "decision", Decision: "deny", Conn: uint64(g*1000 + i)})
 					emitted.Add(1)
 				}
 			})
@@ -67,7 +67,7 @@ func TestEventLogEmitWhileClosing(t *testing.T) {
 				t.Fatalf("round %d: Close: %v", round, err)
 			}
 		}
-		l.Emit(door.Event{Event: "decision", Decision: "deny"}) // after Close: counted, never a panic
+		l.Emit(event.Event{Event: "decision", Decision: "deny"}) // after Close: counted, never a panic
 		emitted.Add(1)
 		tl := l.Tally()
 		if int64(tl.Denied) != emitted.Load() || int64(tl.Stored+tl.Lost+tl.Dropped) != emitted.Load() {
@@ -91,15 +91,15 @@ func TestEventLogEmitWhileClosing(t *testing.T) {
 func TestEventLogRateBound(t *testing.T) {
 	s := openTemp(t)
 	var shown atomic.Int64
-	l := s.NewEventLog("r1", EventLogOptions{Rate: 100, Burst: 500, Tee: func(door.Event) { shown.Add(1) }})
+	l := s.NewEventLog("r1", EventLogOptions{Rate: 100, Burst: 500, Tee: func(event.Event) { shown.Add(1) }})
 	const n = 20000
 	start := time.Now()
 	for range n {
-		l.Emit(door.Event{Event: "decision", Decision: "deny", Kind: "dns", Host: "x.test"})
+		l.Emit(event.Event{Event: "decision", Decision: "deny", Kind: "dns", Host: "x.test"})
 	}
 	took := time.Since(start)
 	// Repeats count as decisions too.
-	l.Emit(door.Event{Event: "decision", Decision: "deny", Kind: "dns", Host: "y.test", Repeats: 41})
+	l.Emit(event.Event{Event: "decision", Decision: "deny", Kind: "dns", Host: "y.test", Repeats: 41})
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -114,11 +114,11 @@ func TestEventLogRateBound(t *testing.T) {
 	// The budget refills.
 	l2 := s.NewEventLog("r2", EventLogOptions{Rate: 1000, Burst: 10})
 	for range 10 {
-		l2.Emit(door.Event{Event: "decision"})
+		l2.Emit(event.Event{Event: "decision"})
 	}
 	time.Sleep(50 * time.Millisecond)
 	for range 10 {
-		l2.Emit(door.Event{Event: "decision"})
+		l2.Emit(event.Event{Event: "decision"})
 	}
 	_ = l2.Close(context.Background())
 	if tl := l2.Tally(); tl.Stored < 20-1 {
@@ -132,7 +132,7 @@ func TestEventLogStoreFailsSaysSoOnce(t *testing.T) {
 	s := openTemp(t)
 	var warn syncBuffer
 	l := s.NewEventLog("r1", EventLogOptions{Warn: &warn})
-	l.Emit(door.Event{Event: "decision", Decision: "allow"})
+	l.Emit(event.Event{Event: "decision", Decision: "allow"})
 	waitStored(t, l, 1)
 	// The records file replaced by a directory while the run goes on.
 	if err := os.Remove(s.Path()); err != nil {
@@ -142,7 +142,7 @@ func TestEventLogStoreFailsSaysSoOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 300 {
-		l.Emit(door.Event{Event: "decision", Decision: "deny"})
+		l.Emit(event.Event{Event: "decision", Decision: "deny"})
 		if i%100 == 0 {
 			time.Sleep(3 * eventBatchWindow)
 		}

@@ -13,7 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/probe"
 )
 
@@ -38,7 +38,7 @@ const drainQuiet = 250 * time.Millisecond
 type RunIO struct {
 	Stdin, Stdout, Stderr *os.File
 	Signals               <-chan os.Signal
-	Emit                  func(door.Event)
+	Emit                  func(event.Event)
 	// KillGrace is the time between SIGTERM and SIGKILL once ctx is done.
 	KillGrace time.Duration
 	// OnStart is called once the run is inside its wall, with the Landlock
@@ -356,12 +356,12 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 	code, runErr := h.Run(ctx, req, RunIO{
 		Stdin: streams.stdinR, Stdout: streams.stdoutW, Stderr: streams.stderrW,
 		Signals:   s.sigs,
-		Emit:      func(ev door.Event) { _ = s.w.WriteJSON(FrameEvent, ev) },
+		Emit:      func(ev event.Event) { _ = s.w.WriteJSON(FrameEvent, ev) },
 		KillGrace: lostKillGrace,
 		OnStart: func(landlock string, seal *SealState) {
 			_ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock, Seal: seal})
 		},
-		Writes:    func(lines []string) { writes = lines },
+		Writes: func(lines []string) { writes = lines },
 	})
 	// Every process of the run is gone: close the write ends so the copies
 	// drain what is left and end.

@@ -31,7 +31,7 @@ const (
 	FrameStdinEOF  FrameType = 4  // the run's stdin ends
 	FrameStdout    FrameType = 5  // bytes the run wrote to stdout
 	FrameStderr    FrameType = 6  // bytes the run wrote to stderr
-	FrameEvent     FrameType = 7  // JSON door.Event
+	FrameEvent     FrameType = 7  // JSON event.Event
 	FrameSignal    FrameType = 8  // 4 bytes: a signal number for the run
 	FrameWinsize   FrameType = 9  // 4 bytes: rows, cols
 	FrameExit      FrameType = 10 // JSON Exit: the last frame of a request

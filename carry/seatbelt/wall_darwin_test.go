@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -70,8 +71,8 @@ func TestSeatbeltDeniesAllButTheDoor(t *testing.T) {
 	}
 	defer w.Close()
 	var mu sync.Mutex
-	var events []door.Event
-	d, err := door.New(door.Config{Policy: pol, Run: "mac", Emit: func(e door.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
+	var events []event.Event
+	d, err := door.New(door.Config{Policy: pol, Run: "mac", Emit: func(e event.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}

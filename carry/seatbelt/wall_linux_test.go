@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/testhosts"
 )
@@ -282,10 +283,10 @@ func TestWallDoorCarriesTheRun(t *testing.T) {
 		Env: []string{"PATH=/usr/bin:/bin", "HOME=" + work}, Stderr: os.Stderr})
 
 	var mu sync.Mutex
-	var events []door.Event
+	var events []event.Event
 	d, err := door.New(door.Config{Policy: pol, Run: "r2",
 		AddHosts: map[string][]netip.Addr{"web.test": {web.Addr}, "denied.test": {web.Addr}},
-		Emit:     func(e door.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
+		Emit:     func(e event.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}

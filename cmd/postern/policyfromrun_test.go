@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
@@ -16,7 +17,7 @@ import (
 // allow_cidrs), and what it was refused — the floor, and a name a deny rule
 // covered — is not.
 func TestPolicyFromEvents(t *testing.T) {
-	ev := func(kind, host string, port uint16, addr, decision, reason string, wouldDeny bool) door.Event {
+	ev := func(kind event.Kind, host string, port uint16, addr string, decision event.Decision, reason string, wouldDeny bool) door.Event {
 		return door.Event{Event: "decision", Kind: kind, Host: host, Port: port, Addr: addr, Decision: decision, Reason: reason, WouldDeny: wouldDeny}
 	}
 	evs := []door.Event{

@@ -206,7 +206,7 @@ func printEvents(ctx context.Context, store *records.Store, id string, w io.Writ
 }
 
 func eventRow(ev door.Event) string {
-	decision := ev.Decision
+	decision := string(ev.Decision)
 	if ev.WouldDeny {
 		decision += " (would deny)"
 	}
