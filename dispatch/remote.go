@@ -19,6 +19,7 @@ import (
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
 	agent "github.com/postern-dev/postern/remote-agent"
@@ -34,7 +35,7 @@ var ErrRunLost = errors.New("run lost")
 // Remote says how to reach remote machines.
 type Remote struct {
 	// SSH are the ssh options (home for ~/.ssh, trust on first use).
-	SSH machine.SSHOptions
+	SSH sshclient.Options
 	// Progress, if set, is where agent uploads report their progress (a terminal).
 	Progress io.Writer
 	// Agents, if set, keeps what was measured over sftp of each agent
@@ -46,7 +47,7 @@ type Remote struct {
 
 // connectAgent connects to m over ssh and starts its agent for goos/goarch,
 // installing it first if it is missing or damaged.
-func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r Remote) (*machine.SSHClient, *agent.Client, agent.Process, error) {
+func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r Remote) (*sshclient.Client, *agent.Client, agent.Process, error) {
 	bin, err := agent.Locate(goos, goarch)
 	if err != nil {
 		return nil, nil, nil, err
@@ -59,7 +60,7 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 	if opts.Identity == "" {
 		opts.Identity = m.Identity
 	}
-	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	sc, err := sshclient.Dial(ctx, m.SSH, opts)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("machine %s: %w", m.Name, err)
 	}
@@ -167,7 +168,7 @@ func remotePlatform(ctx context.Context, m machine.Machine, r Remote) (goos, goa
 	if opts.Identity == "" {
 		opts.Identity = m.Identity
 	}
-	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	sc, err := sshclient.Dial(ctx, m.SSH, opts)
 	if err != nil {
 		return "", "", fmt.Errorf("machine %s: %w", m.Name, err)
 	}
@@ -255,7 +256,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 		return 0, err
 	}
 	req := agent.RunRequest{
-		ID: run.ID, Machine: m.Name, Lane: run.Lane, Command: spec.Command,
+		ID: run.ID, Machine: m.Name, Lane: string(run.Lane), Command: spec.Command,
 		Env: remoteEnv(spec.Env), Policy: src, PolicyAt: spec.PolicyPath,
 		AddHosts: spec.AddHosts, Resolver: spec.Resolver, Open: run.EgressOpenReason,
 		KeepHome: spec.KeepHome, PidsLimit: spec.PidsLimit, NoNetwork: spec.Network == NetworkNone,
@@ -431,7 +432,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		walled, onStart = RunSeatbelt, func() { rio.OnStart("none: macOS, the run is under a seatbelt profile", seal) }
 	}
 	code, err := walled(ctx, Walled{
-		Run: req.ID, Machine: req.Machine, Lane: req.Lane,
+		Run: req.ID, Machine: req.Machine, Lane: machine.Lane(req.Lane),
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,

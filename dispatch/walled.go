@@ -18,6 +18,7 @@ import (
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/machine"
 )
 
 // Walled is one command behind the network wall with the door beside it. A local
@@ -26,7 +27,7 @@ import (
 type Walled struct {
 	Run     string // the run's id, copied into every event
 	Machine string
-	Lane    string
+	Lane    machine.Lane
 
 	Command []string
 	Dir     string

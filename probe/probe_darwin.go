@@ -21,11 +21,11 @@ import (
 )
 
 // On macOS the Linux rungs answer no, and the seatbelt rung performs the act.
-func rungs() []rung {
+func rungs() []measurement {
 	notLinux := func(ctx context.Context) Rung {
 		return no(fmt.Sprintf("%s is not Linux", runtime.GOOS), "")
 	}
-	return []rung{
+	return []measurement{
 		{RungUserns, notLinux},
 		{RungNetns, notLinux},
 		{RungNetnsRedirect, notLinux},

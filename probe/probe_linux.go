@@ -37,8 +37,8 @@ const (
 	probeOK    = "ok"
 )
 
-func rungs() []rung {
-	return []rung{
+func rungs() []measurement {
+	return []measurement{
 		{RungUserns, measureUserns},
 		{RungNetns, measureNetns},
 		{RungNetnsRedirect, func(ctx context.Context) Rung { return measureRedirect(ctx, redirectTarget4) }},

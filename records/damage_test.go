@@ -17,7 +17,7 @@ import (
 
 	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/machine"
-	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 // populated returns the bytes of a store holding a machine, its record, runs
@@ -31,7 +31,7 @@ func populated(t testing.TB, n int) []byte {
 	if err := s.PutMachine(machine.Machine{Name: "gpu1", SSH: "me@gpu1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutRecord(&probe.Record{Name: "gpu1", MeasuredAt: time.Unix(1, 0).UTC(), Rungs: map[string]probe.Rung{"netns": {Result: probe.Yes}}}); err != nil {
+	if err := s.PutRecord(&rung.Record{Name: "gpu1", MeasuredAt: time.Unix(1, 0).UTC(), Rungs: map[rung.Name]rung.Rung{"netns": {Result: rung.Yes}}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {

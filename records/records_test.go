@@ -14,7 +14,7 @@ import (
 
 	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/machine"
-	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 func openTemp(t *testing.T) *Store {
@@ -55,7 +55,7 @@ func TestMachinesAndRecords(t *testing.T) {
 	if err := s.PutMachine(machine.Machine{Name: "gpu1", SSH: "me@gpu1"}); err != nil {
 		t.Fatal(err)
 	}
-	rec := &probe.Record{Name: "gpu1", MeasuredAt: time.Now().UTC(), Rungs: map[string]probe.Rung{"netns": {Result: probe.Yes, Detail: "made"}}}
+	rec := &rung.Record{Name: "gpu1", MeasuredAt: time.Now().UTC(), Rungs: map[rung.Name]rung.Rung{"netns": {Result: rung.Yes, Detail: "made"}}}
 	if err := s.PutRecord(rec); err != nil {
 		t.Fatal(err)
 	}

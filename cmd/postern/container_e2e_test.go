@@ -24,6 +24,7 @@ import (
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/testhosts"
 	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 	"github.com/postern-dev/postern/records"
 )
 
@@ -88,7 +89,7 @@ func ctrSetup(t *testing.T) {
 			return
 		}
 		var v struct {
-			Rungs map[string]probe.Rung `json:"rungs"`
+			Rungs map[rung.Name]probe.Rung `json:"rungs"`
 		}
 		if err := json.Unmarshal(out, &v); err != nil {
 			ctrErr = fmt.Errorf("probe-confinement --json: %v\n%s", err, out)

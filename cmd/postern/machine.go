@@ -15,33 +15,35 @@ import (
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 	"github.com/postern-dev/postern/records"
 	agent "github.com/postern-dev/postern/remote-agent"
 )
 
 // machineView is a machine with what was last measured about it.
 type machineView struct {
-	Name       string                `json:"name"`
-	SSH        string                `json:"ssh,omitempty"`
-	Labels     map[string]string     `json:"labels,omitempty"`
-	Lane       string                `json:"lane"`
-	Carry      string                `json:"carry"` // what a run would get now, "none" if refused
-	Measured   bool                  `json:"measured"`
-	MeasuredAt *time.Time            `json:"measured_at"`
-	OS         string                `json:"os,omitempty"`
-	Arch       string                `json:"arch,omitempty"`
-	Kernel     string                `json:"kernel,omitempty"`
-	Version    string                `json:"postern_version,omitempty"`
-	User       string                `json:"user,omitempty"`
-	TookMS     int64                 `json:"took_ms,omitempty"`
-	Rungs      map[string]probe.Rung `json:"rungs"`
+	Name       string                   `json:"name"`
+	SSH        string                   `json:"ssh,omitempty"`
+	Labels     map[string]string        `json:"labels,omitempty"`
+	Lane       machine.Lane             `json:"lane"`
+	Carry      string                   `json:"carry"` // what a run would get now, "none" if refused
+	Measured   bool                     `json:"measured"`
+	MeasuredAt *time.Time               `json:"measured_at"`
+	OS         string                   `json:"os,omitempty"`
+	Arch       string                   `json:"arch,omitempty"`
+	Kernel     string                   `json:"kernel,omitempty"`
+	Version    string                   `json:"postern_version,omitempty"`
+	User       string                   `json:"user,omitempty"`
+	TookMS     int64                    `json:"took_ms,omitempty"`
+	Rungs      map[rung.Name]probe.Rung `json:"rungs"`
 	// Agents are what was measured over sftp of the agents installed there.
 	Agents []agent.FileState `json:"agents,omitempty"`
 }
 
 func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
-	v := machineView{Name: m.Name, SSH: m.SSH, Labels: m.Labels, Rungs: map[string]probe.Rung{}}
+	v := machineView{Name: m.Name, SSH: m.SSH, Labels: m.Labels, Rungs: map[rung.Name]probe.Rung{}}
 	rec, err := store.Record(m.Name)
 	if err != nil && !errors.Is(err, records.ErrNotFound) {
 		return v, err
@@ -90,11 +92,11 @@ func printMachine(v machineView) error {
 	fmt.Fprintln(tw, "\nRUNG\tRESULT\tDETAIL\tREMEDY")
 	names := make([]string, 0, len(v.Rungs))
 	for n := range v.Rungs {
-		names = append(names, n)
+		names = append(names, string(n))
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		g := v.Rungs[n]
+		g := v.Rungs[rung.Name(n)]
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n, g.Result, g.Detail, g.Remedy)
 	}
 	return tw.Flush()
@@ -138,9 +140,9 @@ func init() {
 				var yes, no []string
 				for n, g := range v.Rungs {
 					if g.Result == probe.Yes {
-						yes = append(yes, n)
+						yes = append(yes, string(n))
 					} else {
-						no = append(no, n)
+						no = append(no, string(n))
 					}
 				}
 				sort.Strings(yes)
@@ -196,7 +198,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			// Remote machines are measured through their agent (machine_remote.go).
 			// Machines measured are printed even when others failed.
-			views, perr := probeMachines(cmd.Context(), store, args, probeAll, machine.SSHOptions{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}, logger)
+			views, perr := probeMachines(cmd.Context(), store, args, probeAll, sshclient.Options{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}, logger)
 			if len(views) == 0 {
 				return perr
 			}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
 )
@@ -22,7 +23,7 @@ import (
 // probeMachines measures the named machines (local by default, every machine with
 // all), each where it is: local in process, remote through its agent. Several are
 // measured at once, with a line on stderr as each starts and ends.
-func probeMachines(ctx context.Context, store *records.Store, names []string, all bool, sshOpts machine.SSHOptions, logger *slog.Logger) ([]machineView, error) {
+func probeMachines(ctx context.Context, store *records.Store, names []string, all bool, sshOpts sshclient.Options, logger *slog.Logger) ([]machineView, error) {
 	var ms []machine.Machine
 	switch {
 	case all:

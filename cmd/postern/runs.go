@@ -74,7 +74,7 @@ func init() {
 			}
 			row("id", r.ID)
 			row("machine", r.Machine)
-			row("lane", r.Lane)
+			row("lane", string(r.Lane))
 			row("carry", r.Carry)
 			row("state", r.State)
 			row("exit", exitText(r))

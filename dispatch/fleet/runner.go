@@ -6,6 +6,7 @@ import (
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door/event"
+	"github.com/postern-dev/postern/machine"
 )
 
 // Runner starts one attempt of a task on one machine: one run.
@@ -32,7 +33,7 @@ type Attempt struct {
 	// placed again after a loss.
 	Number  int
 	Machine Machine
-	Lane    string
+	Lane    machine.Lane
 	Carry   carry.Carry
 }
 

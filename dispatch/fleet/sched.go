@@ -73,7 +73,7 @@ func needFix(m string, missing []string) string {
 			v = "yes"
 		}
 		labels = append(labels, k+"="+v)
-		gpu = gpu || (k == probe.RungGPU && !ok)
+		gpu = gpu || (k == string(probe.RungGPU) && !ok)
 	}
 	fix := fmt.Sprintf("if it has them, run 'postern machine label %s %s'", m, strings.Join(labels, " "))
 	if gpu {
@@ -94,11 +94,11 @@ func (m Machine) Meets(need string) bool {
 	if ok {
 		return !strings.EqualFold(v, "no") && !strings.EqualFold(v, "false")
 	}
-	return key == probe.RungGPU && m.Record.Has(probe.RungGPU)
+	return key == string(probe.RungGPU) && m.Record.Has(probe.RungGPU)
 }
 
 // Lane is where a run on m goes, by what was measured of its OS.
-func (m Machine) Lane() string {
+func (m Machine) Lane() machine.Lane {
 	goos := ""
 	if m.Record != nil {
 		goos = m.Record.OS
