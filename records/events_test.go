@@ -174,3 +174,61 @@ func waitStored(t *testing.T, l *EventLog, n int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A shutdown that outlasts its bound: the disk stalls (the store's lock is
+// held, as a slow fsync would hold it), Close gives up when its context ends,
+// and an event the door sends after that is dropped and counted, never a
+// panic; the writer, owned by the log, still ends once the disk answers, and
+// every event is stored or counted exactly once.
+func TestEventLogLateEventAfterSlowClose(t *testing.T) {
+	s := openTemp(t)
+	l := s.NewEventLog("r1", EventLogOptions{})
+	s.mu.Lock() // the disk stalls
+	stalled := true
+	defer func() {
+		if stalled {
+			s.mu.Unlock()
+		}
+	}()
+	const early = 10
+	for i := range early {
+		l.Emit(event.Event{Event: event.Decided, Decision: event.Allow, Host: "early.test", Conn: uint64(i)})
+	}
+	// Let the writer take its batch and block on the stalled disk.
+	time.Sleep(5 * eventBatchWindow)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.Close(ctx); err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close on a stalled disk = %v, want it to give up at its deadline", err)
+	}
+	l.Emit(event.Event{Event: event.Decided, Decision: event.Deny, Host: "late.test", Conn: 99})
+	tl := l.Tally()
+	if tl.Denied != 1 || tl.Allowed != early || tl.Lost < 1 {
+		t.Fatalf("after the late event: tally %+v, want it counted (denied 1) and lost", tl)
+	}
+	select {
+	case <-l.done:
+		t.Fatal("the writer ended while the disk was still stalled")
+	default:
+	}
+	s.mu.Unlock()
+	stalled = false
+	select {
+	case <-l.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer did not end once the disk answered")
+	}
+	tl = l.Tally()
+	if tl.Stored+tl.Lost+tl.Dropped != early+1 {
+		t.Fatalf("tally %+v: %d events emitted, each must be stored or counted once", tl, early+1)
+	}
+	evs, _, err := s.Events("r1", 0)
+	if err != nil || len(evs) != tl.Stored {
+		t.Fatalf("%d events stored, tally says %d (%v)", len(evs), tl.Stored, err)
+	}
+	for _, ev := range evs {
+		if ev.Host == "late.test" {
+			t.Fatalf("the event sent after Close gave up was stored: %+v", ev)
+		}
+	}
+}
