@@ -81,11 +81,11 @@ func RunSeatbelt(ctx context.Context, w Walled) (int, error) {
 		}
 	}
 	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger}
-	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
+	e := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 		return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	})
-	if errors.As(runErr, &perr) {
-		runErr = refusal(perr)
+	if errors.As(e.err, &perr) {
+		e.err = refusal(perr)
 	}
 	if changes := wall.GuardChanges(); len(changes) > 0 {
 		guarded := make([]string, len(changes))
@@ -98,14 +98,11 @@ func RunSeatbelt(ctx context.Context, w Walled) (int, error) {
 			w.OnWrites(guarded)
 		}
 	}
-	if runErr != nil {
-		return code, runErr
+	if e.err != nil {
+		return e.code, e.err
 	}
-	if doorErr != nil {
-		w.Logger.Warn("run teardown", "run", w.Run, "err", doorErr)
-		fmt.Fprintf(w.Warn, "postern: run %s: %v\n", w.Run, doorErr)
-	}
-	return code, nil
+	e.tellTeardown(w.Logger, w.Warn, w.Run)
+	return e.code, nil
 }
 
 // neverWritable are postern's own places on this machine: the directory of

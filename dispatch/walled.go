@@ -197,14 +197,11 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	// denied whatever else the policy says.
 	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger,
 		Authority: ca, UpstreamRoots: w.UpstreamRoots, Upstream: w.Upstream, Seal: len(w.Policy.Guardrails) > 0}
-	var (
-		code            int
-		runErr, doorErr error
-	)
+	var e walledExit
 	if w.NoNetwork {
-		code, runErr = superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
+		e.code, e.err = superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	} else {
-		code, runErr, doorErr = withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
+		e = withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 			return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 		})
 	}
@@ -217,14 +214,11 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 			w.OnWrites(lines)
 		}
 	}
-	if runErr != nil {
-		return code, runErr
+	if e.err != nil {
+		return e.code, e.err
 	}
-	if doorErr != nil {
-		w.Logger.Warn("run teardown", "run", w.Run, "err", doorErr)
-		fmt.Fprintf(w.Warn, "postern: run %s: %v\n", w.Run, doorErr)
-	}
-	return code, nil
+	e.tellTeardown(w.Logger, w.Warn, w.Run)
+	return e.code, nil
 }
 
 // policyFiles adds the policy's writable, deny_read and allow_read to f.
@@ -281,32 +275,50 @@ func tellWrites(w io.Writer, run string, lines []string) {
 	}
 }
 
+// walledExit is how a walled command ended: its exit status, or why it
+// could not run (err), and apart from that what went wrong stopping its
+// door, which is the person's to know and not the run's result.
+type walledExit struct {
+	code     int
+	err      error
+	teardown error
+}
+
+// tellTeardown logs a teardown problem and tells the person.
+func (e walledExit) tellTeardown(logger *slog.Logger, warn io.Writer, run string) {
+	if e.teardown == nil {
+		return
+	}
+	logger.Warn("run teardown", "run", run, "err", e.teardown)
+	fmt.Fprintf(warn, "postern: run %s: %v\n", run, e.teardown)
+}
+
 // withDoor serves a door on a wall's listeners while body runs the walled
 // command, then stops the door, giving open connections a bounded drain. The
-// door floors the run's own addresses. It returns body's results and what went
-// wrong with the door.
-func withDoor(ctx context.Context, ls door.Listeners, cfg door.Config, body func() (int, error)) (int, error, error) {
+// door floors the run's own addresses.
+func withDoor(ctx context.Context, ls door.Listeners, cfg door.Config, body func() (int, error)) walledExit {
 	cfg.Policy = cfg.Policy.WithSelf(netwall.RunAddrs()...)
 	d, err := door.New(cfg)
 	if err != nil {
-		return 0, fmt.Errorf("start the door: %w", err), nil
+		return walledExit{err: fmt.Errorf("start the door: %w", err)}
 	}
 	// The door outlives a cancelled ctx long enough to drain; it is stopped below.
 	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
 	doorDone := make(chan error, 1)
 	go func() { doorDone <- d.Run(doorCtx, ls) }()
 
-	code, runErr := body()
+	var e walledExit
+	e.code, e.err = body()
 
 	stopDoor()
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	select {
-	case err = <-doorDone:
+	case e.teardown = <-doorDone:
 	case <-tctx.Done():
-		err = fmt.Errorf("the door did not stop within %s", teardownTimeout)
+		e.teardown = fmt.Errorf("the door did not stop within %s", teardownTimeout)
 	}
-	return code, runErr, err
+	return e
 }
 
 // runTerminal decides the run's streams. Every stream that is one of the person's
@@ -349,19 +361,10 @@ func runTerminal(stdin, stdout, stderr *os.File) (in, out, errOut *os.File, tty 
 	return in, out, errOut, tty, nil
 }
 
-// walledCommand is a command behind a wall: a *netwall.Wall, or a
-// *container.Wall (see container.go).
-type walledCommand interface {
-	Start() error
-	Signal(syscall.Signal) error
-	Wait() (int, error)
-	Close() error
-}
-
 // superviseWall starts the walled command and waits for it, forwarding signals. When
 // ctx is done the run gets SIGTERM, then SIGKILL after grace.
-func superviseWall(ctx context.Context, wall walledCommand, tty *terminal, signals <-chan os.Signal, grace time.Duration, onStart func()) (int, error) {
-	if err := wall.Start(); err != nil {
+func superviseWall(ctx context.Context, wall carry.Wall, tty *terminal, signals <-chan os.Signal, grace time.Duration, onStart func()) (int, error) {
+	if err := wall.Start(ctx); err != nil {
 		return 0, fmt.Errorf("start the run inside the wall: %w", err)
 	}
 	if tty != nil {

@@ -83,3 +83,23 @@ type Listeners struct {
 func decisionOf(v policy.Verdict) event.Decision {
 	return event.Decision(v.String())
 }
+
+// Close closes every listener that is set. A wall that opened them closes
+// them with it.
+func (l Listeners) Close() {
+	if l.Transparent != nil {
+		l.Transparent.Close()
+	}
+	if l.DNSUDP != nil {
+		l.DNSUDP.Close()
+	}
+	if l.DNSTCP != nil {
+		l.DNSTCP.Close()
+	}
+	if l.Proxy != nil {
+		l.Proxy.Close()
+	}
+	if l.WallLog != nil {
+		l.WallLog.Close()
+	}
+}

@@ -116,7 +116,7 @@ func measureSeatbelt(ctx context.Context) Rung {
 	port := w.Port()
 	go answerProbe(w.Listeners().Proxy)
 	// The child is told the door's address by its environment, as a run is.
-	err = w.Start()
+	err = w.Start(ctx)
 	pw.Close()
 	if err != nil {
 		<-copied

@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/procstat"
@@ -70,9 +71,9 @@ type Spec struct {
 
 // Errors of Raise and a Wall's methods.
 var (
-	ErrNotStarted     = errors.New("container: the command was not started")
-	ErrAlreadyStarted = errors.New("container: the command was already started")
-	ErrClosed         = errors.New("container: closed")
+	ErrNotStarted     = carry.ErrNotStarted
+	ErrAlreadyStarted = carry.ErrAlreadyStarted
+	ErrClosed         = carry.ErrClosed
 	// ErrNeedsRoot means the wall cannot be raised in a container's network
 	// namespace by this user.
 	ErrNeedsRoot = errors.New("container bridge needs root")
@@ -110,9 +111,8 @@ type Wall struct {
 	ctlDone chan struct{} // closed when the harness's end is closed
 	replies chan message  // started or error, after start
 
-	mu       sync.Mutex
-	started  bool
-	closed   bool
+	life     carry.Life
+	mu       sync.Mutex // guards exitCode and exited
 	exitCode int
 	exited   bool // the harness reported the command's exit
 
@@ -149,10 +149,6 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Sweep(ctx, spec.Engine); err != nil {
-		logger.Warn("sweep stale containers", "engine", spec.Engine.Name, "err", err)
-	}
-
 	// Named for this process, so Sweep can tell when its owner is gone.
 	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d.%d-", dirPrefix, os.Getpid(), procstat.StartTime(os.Getpid())))
 	if err != nil {
@@ -517,22 +513,23 @@ func (w *Wall) Name() string { return w.name }
 // Pid is the host pid of the container's init (the harness).
 func (w *Wall) Pid() int { return w.pid }
 
-// Start tells the harness to start the command.
-func (w *Wall) Start() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return ErrClosed
-	}
-	if w.started {
-		return ErrAlreadyStarted
+// Start tells the harness to start the command, and waits for its answer
+// until ctx is done or startTimeout has passed. Signal and Close do not wait
+// for it.
+func (w *Wall) Start(ctx context.Context) error {
+	if err := w.life.BeginStart(); err != nil {
+		return err
 	}
 	if err := w.ctl.send(message{Type: msgStart}); err != nil {
+		_ = w.life.EndStart(false)
 		return fmt.Errorf("container: start: %w", err)
 	}
-	w.started = true
-	select {
-	case m := <-w.replies:
+	// Sent: the harness may start the command whatever comes next, so the
+	// run counts as started (Wait and Close reap it).
+	if err := w.life.EndStart(true); err != nil {
+		return err
+	}
+	answered := func(m message) error {
 		if m.Type == msgError {
 			// As a shell would: the harness said why on the run's stderr, and
 			// Wait reports its status (127: not found, 126: cannot run).
@@ -541,23 +538,32 @@ func (w *Wall) Start() error {
 		}
 		w.logger.Debug("container command started", "container", w.name, "pid_in_container", m.Pid)
 		return nil
+	}
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	select {
+	case m := <-w.replies:
+		return answered(m)
 	case <-w.ctlDone:
+		// The harness may answer and end at once (a command not found):
+		// its answer counts.
+		select {
+		case m := <-w.replies:
+			return answered(m)
+		default:
+		}
 		return fmt.Errorf("container: the harness in %s ended before starting the command", w.name)
-	case <-time.After(startTimeout):
+	case <-timer.C:
 		return fmt.Errorf("container: the harness in %s did not start the command within %s", w.name, startTimeout)
+	case <-ctx.Done():
+		return fmt.Errorf("container: start the command in %s: %w", w.name, ctx.Err())
 	}
 }
 
 // Signal forwards sig to the command's process group inside the container.
 func (w *Wall) Signal(sig syscall.Signal) error {
-	w.mu.Lock()
-	started, closed := w.started, w.closed
-	w.mu.Unlock()
-	switch {
-	case closed:
-		return ErrClosed
-	case !started:
-		return ErrNotStarted
+	if err := w.life.CanSignal(); err != nil {
+		return err
 	}
 	select {
 	case <-w.ctlDone:
@@ -574,10 +580,7 @@ func (w *Wall) Signal(sig syscall.Signal) error {
 // returns the command's exit status (128+n when signal n killed it; 127 when it
 // was not found, 126 when it could not be run).
 func (w *Wall) Wait() (int, error) {
-	w.mu.Lock()
-	started := w.started
-	w.mu.Unlock()
-	if !started {
+	if !w.life.Started() {
 		return -1, ErrNotStarted
 	}
 	<-w.ctlDone
@@ -605,10 +608,7 @@ func (w *Wall) Wait() (int, error) {
 // idempotent.
 func (w *Wall) Close() error {
 	w.closeOnce.Do(func() {
-		w.mu.Lock()
-		started := w.started
-		w.closed = true
-		w.mu.Unlock()
+		started := w.life.Close()
 		if w.ctl != nil {
 			if started {
 				select {
@@ -639,7 +639,7 @@ func (w *Wall) Close() error {
 			}
 			cancel()
 		}
-		closeListeners(w.lis)
+		w.lis.Close()
 		_ = os.RemoveAll(w.dir)
 	})
 	return nil
@@ -660,18 +660,6 @@ func (w *Wall) exists(ctx context.Context) bool { return w.eng.containerExists(c
 func (e *Engine) containerExists(ctx context.Context, name string) bool {
 	_, err := e.output(ctx, "container", "inspect", "--format", "{{.Id}}", name)
 	return err == nil
-}
-
-func closeListeners(l door.Listeners) {
-	// A nil listener converts to a nil io.Closer.
-	for _, c := range []io.Closer{l.Transparent, l.DNSUDP, l.DNSTCP, l.Proxy} {
-		if c != nil {
-			c.Close()
-		}
-	}
-	if l.WallLog != nil {
-		l.WallLog.Close()
-	}
 }
 
 func containerName(run string) string {

@@ -158,7 +158,7 @@ func TestWalledRoundTripExitStatusAndRemoval(t *testing.T) {
 		Stdout: out.w, Stderr: errOut.w})
 	seen := make(chan netip.AddrPort, 4)
 	go serveTransparent(w.Listeners().Transparent, seen)
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if code := waitCode(t, w); code != 7 {
@@ -193,7 +193,7 @@ func TestCommandNotFoundIs127(t *testing.T) {
 	e := requirePodman(t)
 	errOut := newOut(t)
 	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), NoNetwork: true, Command: []string{"no-such-command"}, Stderr: errOut.w})
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if code := waitCode(t, w); code != 127 {
@@ -210,10 +210,10 @@ func TestSignalsReachTheCommandsGroup(t *testing.T) {
 	out := newOut(t)
 	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), NoNetwork: true, Stdout: out.w,
 		Command: []string{"sh", "-c", `trap 'echo usr1; exit 4' USR1; echo ready; while :; do sleep 0.1; done`}})
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(); err != ErrAlreadyStarted {
+	if err := w.Start(context.Background()); err != ErrAlreadyStarted {
 		t.Errorf("second Start: %v, want ErrAlreadyStarted", err)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -238,7 +238,7 @@ func TestKilledCommandReports128PlusSignal(t *testing.T) {
 	if err := w.Signal(syscall.SIGTERM); err != ErrNotStarted {
 		t.Errorf("Signal before Start: %v, want ErrNotStarted", err)
 	}
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Signal(syscall.SIGKILL); err != nil {
@@ -253,7 +253,7 @@ func TestCloseWhileRunningLeavesNothing(t *testing.T) {
 	e := requirePodman(t)
 	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), Ports: []uint16{443},
 		Command: []string{"sh", "-c", "sleep 3002 & sleep 3002; wait"}})
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the run's sleeps", func() bool { return len(procsWithArg("3002")) == 2 })
@@ -282,7 +282,7 @@ func TestNoNetworkHasNoRouteAndNoListeners(t *testing.T) {
 	if l := w.Listeners(); l.Transparent != nil || l.DNSUDP != nil || l.DNSTCP != nil {
 		t.Errorf("listeners for a container with no network: %+v", l)
 	}
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	waitCode(t, w)
@@ -471,7 +471,7 @@ func TestRaiseAndCloseLeakNothing(t *testing.T) {
 	img := busyboxImage(t, e)
 	cycle := func() {
 		w := raise(t, Spec{Engine: e, Image: img, Ports: []uint16{80, 443}, Command: []string{"true"}})
-		if err := w.Start(); err != nil {
+		if err := w.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		waitCode(t, w)

@@ -189,7 +189,7 @@ func runSpec(t *testing.T, spec Spec, during func(w *Wall)) runResult {
 	defer w.Close()
 	d := serveDoor(t, w.Listeners())
 	start := time.Now()
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatalf("Start(%q): %v", spec.Command, err)
 	}
 	if during != nil {
@@ -332,7 +332,7 @@ func TestWall(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			if err := w.Start(); err != nil {
+			if err := w.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(200 * time.Millisecond)

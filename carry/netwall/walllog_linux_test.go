@@ -74,7 +74,7 @@ func TestWallRefusalsRecorded(t *testing.T) {
 				t.Errorf("door: %v", err)
 			}
 		}()
-		if err := w.Start(); err != nil {
+		if err := w.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.Wait(); err != nil {

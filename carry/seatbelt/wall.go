@@ -16,9 +16,11 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/door/policy"
 )
@@ -39,8 +41,8 @@ var Self = ""
 var (
 	// ErrCommandNotFound is the command not being found in the run's PATH.
 	ErrCommandNotFound = errors.New("command not found")
-	ErrNotStarted      = errors.New("seatbelt: the command was not started")
-	ErrAlreadyStarted  = errors.New("seatbelt: the command was already started")
+	ErrNotStarted      = carry.ErrNotStarted
+	ErrAlreadyStarted  = carry.ErrAlreadyStarted
 )
 
 // ProfileError is the launcher ending before the command started: macOS
@@ -269,8 +271,9 @@ func (w *Wall) Env() []string { return w.cmd.Env }
 func (w *Wall) TempDir() string { return w.tmp }
 
 // Start starts the command under the profile and returns once it runs
-// inside the sandbox. A launcher that ends before is a *ProfileError.
-func (w *Wall) Start() error {
+// inside the sandbox, or when ctx is done. A launcher that ends before is a
+// *ProfileError.
+func (w *Wall) Start(ctx context.Context) error {
 	w.mu.Lock()
 	if w.started {
 		w.mu.Unlock()
@@ -284,7 +287,9 @@ func (w *Wall) Start() error {
 		return &ProfileError{Launcher: w.launcher, Err: err}
 	}
 	var b [1]byte
+	stop := context.AfterFunc(ctx, func() { _ = w.ready.SetReadDeadline(time.Now()) })
 	n, _ := io.ReadFull(w.ready, b[:])
+	stop()
 	w.ready.Close()
 	if n == 1 {
 		return nil

@@ -79,7 +79,7 @@ func TestSeatbeltDeniesAllButTheDoor(t *testing.T) {
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx, w.Listeners()) }()
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	code, err := w.Wait()

@@ -56,7 +56,7 @@ func TestWallRunsTheCommand(t *testing.T) {
 		Policy:  policy.Nothing(),
 		Stdout:  pw, Stderr: pw,
 	})
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	code, err := w.Wait()
@@ -119,7 +119,7 @@ func TestWallSignalsAndKillsItsGroup(t *testing.T) {
 		Command: []string{"sh", "-c", `sleep 300 & echo $! > ` + pidFile + `; wait`},
 		Env:     []string{"PATH=/usr/bin:/bin"},
 	})
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var pid int
@@ -162,7 +162,7 @@ func TestWallLauncherRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	err = w.Start()
+	err = w.Start(context.Background())
 	var pe *ProfileError
 	if !errors.As(err, &pe) || pe.Code != 65 {
 		t.Fatalf("Start = %v, want a *ProfileError with exit status 65", err)
@@ -293,7 +293,7 @@ func TestWallDoorCarriesTheRun(t *testing.T) {
 	dctx, stop := context.WithCancel(ctx)
 	doorDone := make(chan error, 1)
 	go func() { doorDone <- d.Run(dctx, w.Listeners()) }()
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	code, err := w.Wait()
