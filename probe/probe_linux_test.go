@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 
 func requireRoot(t *testing.T) {
 	t.Helper()
+	testhosts.Kernel(t)
 	if os.Geteuid() == 0 || os.Getenv(asUserEnv) == "1" {
 		return
 	}

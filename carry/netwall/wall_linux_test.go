@@ -35,6 +35,7 @@ const fakeIP = "198.18.0.7"
 
 func requireRoot(t *testing.T) {
 	t.Helper()
+	testhosts.Kernel(t)
 	if os.Geteuid() == 0 || os.Getenv(asUserEnv) == "1" {
 		return
 	}
@@ -672,6 +673,7 @@ func TestRaiseRefusesWithRemedy(t *testing.T) {
 }
 
 func TestWallUnprivileged(t *testing.T) {
+	testhosts.Kernel(t)
 	if os.Getenv(asUserEnv) == "1" {
 		t.Skip("already the unprivileged run")
 	}
