@@ -447,7 +447,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 	})
 	var ref *carry.Refusal
 	if errors.As(err, &ref) {
-		return 0, &agent.RefusedError{Reason: ref.AtRunTime, Fix: ref.Fix}
+		return 0, ref // the agent sends it home as a refusal
 	}
 	return code, err
 }

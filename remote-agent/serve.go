@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/probe"
 )
@@ -48,15 +49,6 @@ type RunIO struct {
 	// that did not reach the machine as written; it goes home with the exit.
 	Writes func(lines []string)
 }
-
-// RefusedError is a run the remote kernel would not wall. The handler returns it
-// so the controller can report a refusal rather than a failure.
-type RefusedError struct {
-	Reason string
-	Fix    string
-}
-
-func (e *RefusedError) Error() string { return e.Reason }
 
 // Handlers do the agent's work; the agent only carries it over the wire.
 type Handlers struct {
@@ -376,10 +368,16 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		return fmt.Errorf("run %s ended: %w", req.ID, cause)
 	}
-	var ref *RefusedError
+	// A run the remote kernel would not wall is a *carry.Refusal from the
+	// handler: the controller reports a refusal rather than a failure.
+	var ref *carry.Refusal
 	switch {
 	case errors.As(runErr, &ref):
-		return s.exit(Exit{Code: 1, Error: ref.Reason, Refused: true, Fix: ref.Fix})
+		reason := ref.AtRunTime
+		if reason == "" {
+			reason = ref.Error()
+		}
+		return s.exit(Exit{Code: 1, Error: reason, Refused: true, Fix: ref.Fix})
 	case runErr != nil:
 		return s.exit(Exit{Code: code, Error: runErr.Error(), Writes: writes})
 	}
