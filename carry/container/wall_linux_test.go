@@ -499,3 +499,36 @@ func countFDs(t *testing.T) int {
 	}
 	return len(ents)
 }
+
+// Raising a wall touches no other run's container: one whose controller this
+// process cannot see alive (another pid namespace's postern looks exactly
+// so) is still there after a raise, a run and a close.
+func TestRaiseLeavesOtherRunsContainers(t *testing.T) {
+	e := requirePodman(t)
+	img := busyboxImage(t, e)
+	w := raise(t, Spec{Engine: e, Image: img, NoNetwork: true, Command: []string{"true"}})
+	w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	other := fmt.Sprintf("postern-test-other-%d", time.Now().UnixNano())
+	args := append([]string{"run", "--detach", "--rm", "--name", other, "--network", "none",
+		"--label", LabelRun + "=" + other, "--label", LabelPid + "=2147483646", "--label", LabelPidStart + "=1"},
+		e.ulimitFlags()...)
+	args = append(args, "--entrypoint", "/bin/sleep", img, "300")
+	if _, err := e.output(ctx, args...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.output(context.Background(), "rm", "--force", "--time", "0", other) })
+
+	w = raise(t, Spec{Engine: e, Image: img, NoNetwork: true, Command: []string{"true"}})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitCode(t, w); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	w.Close()
+	if !e.containerExists(ctx, other) {
+		t.Fatalf("raising a wall removed %s, another run's container", other)
+	}
+}
