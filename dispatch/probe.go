@@ -99,7 +99,7 @@ func ProbeMachines(ctx context.Context, store *records.Store, p Probe) ([]Measur
 			} else {
 				ssh := p.SSH
 				ssh.Logger = p.Logger
-				r := Remote{SSH: ssh, Agents: store, Warn: log}
+				r := Remote{SSH: ssh, Agents: store, Warn: log, Version: p.Version}
 				if !several && p.Progress != nil {
 					r.Progress = p.Progress
 				}

@@ -25,9 +25,6 @@ import (
 	agent "github.com/postern-dev/postern/remote-agent"
 )
 
-// Version is postern's version, told to agents in the handshake.
-var Version = "dev"
-
 // ErrRunLost means the controller lost the remote agent mid-run: the run's state
 // is "lost". The agent kills such a run and tears its wall down by itself.
 var ErrRunLost = errors.New("run lost")
@@ -38,6 +35,8 @@ type Remote struct {
 	SSH sshclient.Options
 	// Progress, if set, is where agent uploads report their progress (a terminal).
 	Progress io.Writer
+	// Version is postern's, told to the agent in the handshake; "" is "dev".
+	Version string
 	// Agents, if set, keeps what was measured over sftp of each agent
 	// installed on a machine, to check the file against before each use.
 	Agents *records.Store
@@ -64,7 +63,11 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("machine %s: %w", m.Name, err)
 	}
-	in := agent.Install{Binary: bin, Hash: hash, Dir: m.AgentDir, Version: Version}
+	version := r.Version
+	if version == "" {
+		version = "dev"
+	}
+	in := agent.Install{Binary: bin, Hash: hash, Dir: m.AgentDir, Version: version}
 	if r.Progress != nil {
 		in.Progress = uploadProgress(r.Progress, m.Name)
 	}
@@ -514,8 +517,8 @@ func serveOpenRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO) (i
 }
 
 // ProbeHere is the agent's side of a remote probe.
-func ProbeHere(ctx context.Context, name string, logger *slog.Logger) (*probe.Record, error) {
-	return probe.Run(ctx, probe.Options{Name: name, Version: Version, Logger: logger})
+func ProbeHere(ctx context.Context, name, version string, logger *slog.Logger) (*probe.Record, error) {
+	return probe.Run(ctx, probe.Options{Name: name, Version: version, Logger: logger})
 }
 
 // sealState is a seal as the agent sends it home.

@@ -85,6 +85,7 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 			spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
 			spec.Signals = sigs
 			spec.Warn = os.Stderr
+			spec.Remote.Version = version
 			spec.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			if !quiet {
 				spec.OnEvent = func(ev door.Event) { printDenial(os.Stderr, ev) }
