@@ -10,8 +10,8 @@ import (
 // Wall is one command behind a raised wall, not yet started: the door serves
 // the wall's listeners, then Start starts the command inside. The network
 // wall (carry/netwall), the container bridge (carry/container) and the
-// connect door (carry/seatbelt) implement it; dispatch supervises every lane
-// through it alone.
+// connect door (carry/seatbelt) implement it; dispatch supervises every walled
+// command through it alone.
 type Wall interface {
 	// Start starts the command inside the wall. It gives up when ctx is done,
 	// and never holds up Signal or Close while it waits on the wall.
