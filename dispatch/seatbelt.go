@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/seatbelt"
 	"github.com/postern-dev/postern/door"
-	"github.com/postern-dev/postern/door/event"
-	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
 
@@ -24,29 +20,10 @@ import (
 // the kill on ctx's end and the exit status are as RunWalled's. A profile
 // macOS refuses is a *carry.Refusal.
 func RunSeatbelt(ctx context.Context, w Walled) (int, error) {
-	if w.Logger == nil {
-		w.Logger = slog.New(slog.DiscardHandler)
-	}
-	if w.Warn == nil {
-		w.Warn = io.Discard
-	}
-	if w.Emit == nil {
-		w.Emit = func(event.Event) {}
-	}
-	if w.KillGrace <= 0 {
-		w.KillGrace = killGrace
-	}
-	if w.Policy == nil {
-		w.Policy = policy.Nothing()
-	}
-	stdin, stdout, stderr := w.Stdin, w.Stdout, w.Stderr
-	var tty *terminal
-	ownTTY := w.OwnTerminal && isTerminal(stdin)
-	if !ownTTY {
-		var err error
-		if stdin, stdout, stderr, tty, err = runTerminal(w.Stdin, w.Stdout, w.Stderr); err != nil {
-			return 0, err
-		}
+	w.fillDefaults()
+	stdin, stdout, stderr, tty, ownTTY, err := w.streams()
+	if err != nil {
+		return 0, err
 	}
 	if tty != nil {
 		defer tty.close()

@@ -93,21 +93,7 @@ type Walled struct {
 // KillGrace. It returns the command's exit status (128+n for signal n). A wall the
 // kernel refuses is a *carry.Refusal.
 func RunWalled(ctx context.Context, w Walled) (int, error) {
-	if w.Logger == nil {
-		w.Logger = slog.New(slog.DiscardHandler)
-	}
-	if w.Warn == nil {
-		w.Warn = io.Discard
-	}
-	if w.Emit == nil {
-		w.Emit = func(event.Event) {}
-	}
-	if w.KillGrace <= 0 {
-		w.KillGrace = killGrace
-	}
-	if w.Policy == nil {
-		w.Policy = policy.Nothing()
-	}
+	w.fillDefaults()
 	// In observe mode every TCP port leads to the door, which lets through
 	// what the floor allows and records what enforce would refuse.
 	observe := w.Policy.Mode == policy.Observe
@@ -122,14 +108,9 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	if w.Landlock && !observe && !w.NoNetwork {
 		w.Env = append(w.Env[:len(w.Env):len(w.Env)], netwall.LandlockConnectEnv(ports))
 	}
-	stdin, stdout, stderr := w.Stdin, w.Stdout, w.Stderr
-	var tty *terminal
-	ownTTY := w.OwnTerminal && isTerminal(stdin)
-	if !ownTTY {
-		var err error
-		if stdin, stdout, stderr, tty, err = runTerminal(w.Stdin, w.Stdout, w.Stderr); err != nil {
-			return 0, err
-		}
+	stdin, stdout, stderr, tty, ownTTY, err := w.streams()
+	if err != nil {
+		return 0, err
 	}
 	if tty != nil {
 		defer tty.close()
@@ -219,6 +200,39 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	}
 	e.tellTeardown(w.Logger, w.Warn, w.Run)
 	return e.code, nil
+}
+
+// fillDefaults fills what w leaves unset: no logs, no warnings, no events
+// kept, the default kill grace, a policy that allows nothing.
+func (w *Walled) fillDefaults() {
+	if w.Logger == nil {
+		w.Logger = slog.New(slog.DiscardHandler)
+	}
+	if w.Warn == nil {
+		w.Warn = io.Discard
+	}
+	if w.Emit == nil {
+		w.Emit = func(event.Event) {}
+	}
+	if w.KillGrace <= 0 {
+		w.KillGrace = killGrace
+	}
+	if w.Policy == nil {
+		w.Policy = policy.Nothing()
+	}
+}
+
+// streams are the run's streams (see runTerminal), unless w's streams are
+// the run's own terminal already (ownTTY).
+func (w *Walled) streams() (stdin, stdout, stderr *os.File, tty *terminal, ownTTY bool, err error) {
+	stdin, stdout, stderr = w.Stdin, w.Stdout, w.Stderr
+	ownTTY = w.OwnTerminal && isTerminal(stdin)
+	if !ownTTY {
+		if stdin, stdout, stderr, tty, err = runTerminal(w.Stdin, w.Stdout, w.Stderr); err != nil {
+			return nil, nil, nil, nil, false, err
+		}
+	}
+	return stdin, stdout, stderr, tty, ownTTY, nil
 }
 
 // policyFiles adds the policy's writable, deny_read and allow_read to f.
