@@ -329,3 +329,84 @@ func TestWallDoorCarriesTheRun(t *testing.T) {
 		t.Errorf("events: web.test CONNECT allowed %v, denied.test denied %v; all: %+v", allowed, denied, events)
 	}
 }
+
+// A launcher that hangs before postern's last step: Start gives up when its
+// context ends, and ends the launcher rather than leave it behind.
+func TestWallStartBoundedByContext(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	w, err := Raise(context.Background(), Spec{
+		Command:  []string{"true"},
+		Env:      []string{"PATH=/usr/bin:/bin"},
+		Launcher: []string{"/bin/sh", "-c", `echo $$ > ` + pidFile + `; exec sleep 300`, "sandbox-exec"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	started := time.Now()
+	err = w.Start(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Start = %v, want it to give up at its deadline", err)
+	}
+	if took := time.Since(started); took > 5*time.Second {
+		t.Fatalf("Start took %s after a deadline of 300ms", took)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("the launcher (pid %d) is still there after Start gave up: %v", pid, err)
+	}
+}
+
+// Close while Start waits for the launcher: both return, and the launcher
+// is gone.
+func TestWallCloseDuringStart(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	w, err := Raise(context.Background(), Spec{
+		Command:  []string{"true"},
+		Env:      []string{"PATH=/usr/bin:/bin"},
+		Launcher: []string{"/bin/sh", "-c", `echo $$ > ` + pidFile + `; exec sleep 300`, "sandbox-exec"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startErr := make(chan error, 1)
+	go func() { startErr <- w.Start(context.Background()) }()
+	var pid int
+	for deadline := time.Now().Add(5 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the launcher did not start")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a start under way")
+	}
+	select {
+	case err := <-startErr:
+		if err == nil {
+			t.Fatal("Start succeeded on a wall closed under it")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Start did not return after Close")
+	}
+	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the launcher (pid %d) outlived the wall", pid)
+		}
+	}
+}
