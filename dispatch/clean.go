@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	agent "github.com/postern-dev/postern/remote-agent"
 )
 
@@ -68,7 +69,7 @@ func CleanRemote(ctx context.Context, m machine.Machine, r Remote, dryRun bool) 
 	if opts.Identity == "" {
 		opts.Identity = m.Identity
 	}
-	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	sc, err := sshclient.Dial(ctx, m.SSH, opts)
 	if err != nil {
 		return nil, fmt.Errorf("machine %s: %w", m.Name, err)
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/procstat"
 	"github.com/postern-dev/postern/machine"
@@ -68,7 +69,7 @@ type Spec struct {
 	Warn   io.Writer
 	Logger *slog.Logger
 	// OnEvent, if set, sees every event as it is recorded.
-	OnEvent func(door.Event)
+	OnEvent func(event.Event)
 	// OnStart, if set, is told once the run is recorded as running, before
 	// its command is started: its id, machine, lane, carry and policy are
 	// known. A refused run never starts.

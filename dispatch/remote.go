@@ -19,13 +19,11 @@ import (
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
 	agent "github.com/postern-dev/postern/remote-agent"
 )
-
-// Version is postern's version, told to agents in the handshake.
-var Version = "dev"
 
 // ErrRunLost means the controller lost the remote agent mid-run: the run's state
 // is "lost". The agent kills such a run and tears its wall down by itself.
@@ -34,9 +32,11 @@ var ErrRunLost = errors.New("run lost")
 // Remote says how to reach remote machines.
 type Remote struct {
 	// SSH are the ssh options (home for ~/.ssh, trust on first use).
-	SSH machine.SSHOptions
+	SSH sshclient.Options
 	// Progress, if set, is where agent uploads report their progress (a terminal).
 	Progress io.Writer
+	// Version is postern's, told to the agent in the handshake; "" is "dev".
+	Version string
 	// Agents, if set, keeps what was measured over sftp of each agent
 	// installed on a machine, to check the file against before each use.
 	Agents *records.Store
@@ -46,7 +46,7 @@ type Remote struct {
 
 // connectAgent connects to m over ssh and starts its agent for goos/goarch,
 // installing it first if it is missing or damaged.
-func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r Remote) (*machine.SSHClient, *agent.Client, agent.Process, error) {
+func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r Remote) (*sshclient.Client, *agent.Client, agent.Process, error) {
 	bin, err := agent.Locate(goos, goarch)
 	if err != nil {
 		return nil, nil, nil, err
@@ -59,11 +59,15 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 	if opts.Identity == "" {
 		opts.Identity = m.Identity
 	}
-	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	sc, err := sshclient.Dial(ctx, m.SSH, opts)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("machine %s: %w", m.Name, err)
 	}
-	in := agent.Install{Binary: bin, Hash: hash, Dir: m.AgentDir, Version: Version}
+	version := r.Version
+	if version == "" {
+		version = "dev"
+	}
+	in := agent.Install{Binary: bin, Hash: hash, Dir: m.AgentDir, Version: version}
 	if r.Progress != nil {
 		in.Progress = uploadProgress(r.Progress, m.Name)
 	}
@@ -174,7 +178,7 @@ func remotePlatform(ctx context.Context, m machine.Machine, r Remote) (goos, goa
 	if opts.Identity == "" {
 		opts.Identity = m.Identity
 	}
-	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	sc, err := sshclient.Dial(ctx, m.SSH, opts)
 	if err != nil {
 		return "", "", fmt.Errorf("machine %s: %w", m.Name, err)
 	}
@@ -262,7 +266,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 		return 0, err
 	}
 	req := agent.RunRequest{
-		ID: run.ID, Machine: m.Name, Lane: run.Lane, Command: spec.Command,
+		ID: run.ID, Machine: m.Name, Lane: string(run.Lane), Command: spec.Command,
 		Env: withEnv(remoteEnv(spec.Env), spec.PassEnv), Policy: src, PolicyAt: spec.PolicyPath,
 		AddHosts: spec.AddHosts, Resolver: spec.Resolver, Open: run.EgressOpenReason,
 		KeepHome: spec.KeepHome, PidsLimit: spec.PidsLimit, NoNetwork: spec.Network == NetworkNone,
@@ -456,7 +460,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		}
 	}
 	code, err := walled(ctx, Walled{
-		Run: req.ID, Machine: req.Machine, Lane: req.Lane,
+		Run: req.ID, Machine: req.Machine, Lane: machine.Lane(req.Lane),
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,
@@ -476,7 +480,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 	})
 	var ref *carry.Refusal
 	if errors.As(err, &ref) {
-		return 0, &agent.RefusedError{Reason: ref.AtRunTime, Fix: ref.Fix}
+		return 0, ref // the agent sends it home as a refusal
 	}
 	return code, err
 }
@@ -559,8 +563,8 @@ func notRun(ce *CommandError) error {
 }
 
 // ProbeHere is the agent's side of a remote probe.
-func ProbeHere(ctx context.Context, name string, logger *slog.Logger) (*probe.Record, error) {
-	return probe.Run(ctx, probe.Options{Name: name, Version: Version, Logger: logger})
+func ProbeHere(ctx context.Context, name, version string, logger *slog.Logger) (*probe.Record, error) {
+	return probe.Run(ctx, probe.Options{Name: name, Version: version, Logger: logger})
 }
 
 // sealState is a seal as the agent sends it home.

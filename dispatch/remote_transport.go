@@ -12,7 +12,7 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	agent "github.com/postern-dev/postern/remote-agent"
 )
 
@@ -20,7 +20,7 @@ import (
 // connection. Its sftp session is opened on first use and shared; Close ends
 // it.
 type sshTransport struct {
-	c *machine.SSHClient
+	c *sshclient.Client
 
 	mu      sync.Mutex
 	sc      *sftp.Client
@@ -32,7 +32,7 @@ type sshTransport struct {
 
 var _ agent.Transport = (*sshTransport)(nil)
 
-func newSSHTransport(c *machine.SSHClient) *sshTransport { return &sshTransport{c: c} }
+func newSSHTransport(c *sshclient.Client) *sshTransport { return &sshTransport{c: c} }
 
 // sftp returns the connection's sftp session, starting it if needed. A
 // cancelled ctx ends it (and the next call starts another).
@@ -63,7 +63,7 @@ var errNoSFTP = errors.New("the remote has no sftp subsystem")
 
 // startSFTP asks the remote for its sftp subsystem on a session of its own.
 // A refused request is errNoSFTP: that is the server's word that it has none.
-func startSFTP(c *machine.SSHClient) (*sftp.Client, *ssh.Session, error) {
+func startSFTP(c *sshclient.Client) (*sftp.Client, *ssh.Session, error) {
 	s, err := c.NewSession()
 	if err != nil {
 		return nil, nil, fmt.Errorf("open ssh session for sftp: %w", err)

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/postern-dev/postern/door/event"
 )
 
 // A wall refuses what does not lead to the door (TCP to a port outside the
@@ -218,11 +220,11 @@ func (d *Door) refusalEvent(r refusal, landlock bool) Event {
 		reason = fmt.Sprintf("%s; the wall lets out only tcp to the policy's ports and DNS; it dropped the packet", r.proto)
 	}
 	return Event{
-		Event:    "decision",
-		Kind:     "wall",
+		Event:    event.Decided,
+		Kind:     event.Wall,
 		Host:     host,
 		Port:     r.port,
-		Decision: "deny",
+		Decision: event.Deny,
 		Reason:   reason,
 	}
 }

@@ -10,7 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/postern-dev/postern/machine"
-	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 // Run states.
@@ -35,22 +35,22 @@ const (
 
 // Run is one command line dispatched to one machine under one policy.
 type Run struct {
-	ID               string    `json:"id"`
-	Machine          string    `json:"machine"`
-	Lane             string    `json:"lane"`
-	Carry            string    `json:"carry"`
-	State            string    `json:"state"`
-	ExitCode         *int      `json:"exit_code"`
-	Command          []string  `json:"command"`
-	Dir              string    `json:"dir"`
-	Policy           string    `json:"policy"`
-	Mode             string    `json:"mode"`
-	EgressOpenReason string    `json:"egress_open_reason"`
-	StartedAt        time.Time `json:"started_at"`
-	EndedAt          time.Time `json:"ended_at"` // null while it runs (see MarshalJSON)
-	Allowed          int       `json:"allowed"`
-	Denied           int       `json:"denied"`
-	WouldDeny        int       `json:"would_deny"`
+	ID               string       `json:"id"`
+	Machine          string       `json:"machine"`
+	Lane             machine.Lane `json:"lane"`
+	Carry            string       `json:"carry"`
+	State            string       `json:"state"`
+	ExitCode         *int         `json:"exit_code"`
+	Command          []string     `json:"command"`
+	Dir              string       `json:"dir"`
+	Policy           string       `json:"policy"`
+	Mode             string       `json:"mode"`
+	EgressOpenReason string       `json:"egress_open_reason"`
+	StartedAt        time.Time    `json:"started_at"`
+	EndedAt          time.Time    `json:"ended_at"` // null while it runs (see MarshalJSON)
+	Allowed          int          `json:"allowed"`
+	Denied           int          `json:"denied"`
+	WouldDeny        int          `json:"would_deny"`
 	// Why is why the run ended the way it did: the refusal, a failure, a signal.
 	Why      string `json:"why"`
 	Landlock string `json:"landlock"`
@@ -215,14 +215,14 @@ func (s *Store) RemoveMachine(name string) error {
 }
 
 // PutRecord stores what probing measured. It is the only way a record is written.
-func (s *Store) PutRecord(rec *probe.Record) error {
+func (s *Store) PutRecord(rec *rung.Record) error {
 	return s.update(func(tx *bolt.Tx) error { return s.putJSON(tx, bucketProbes, rec.Name, rec) })
 }
 
 // Record returns the last measured record of a machine, or ErrNotFound if it was
 // never measured.
-func (s *Store) Record(name string) (*probe.Record, error) {
-	var rec probe.Record
+func (s *Store) Record(name string) (*rung.Record, error) {
+	var rec rung.Record
 	if err := s.view(func(tx *bolt.Tx) error { return s.getJSON(tx, bucketProbes, name, &rec) }); err != nil {
 		return nil, err
 	}

@@ -321,7 +321,7 @@ func installFile(ctx context.Context, t Transport, in Install, dir agentDir, old
 		return FileState{}, fmt.Errorf("upload the agent to %s: %w", tmp, err)
 	}
 	final := abs + "/postern"
-	if old != nil && !old.regular() {
+	if old != nil && !old.Regular() {
 		if _, err := t.Output(ctx, "rm -rf "+shellQuote(final)); err != nil {
 			_, _ = t.Output(context.WithoutCancel(ctx), "rm -f "+shellQuote(tmp))
 			return FileState{}, fmt.Errorf("remove what is at the agent's path %s: %w", final, err)
@@ -336,7 +336,7 @@ func installFile(ctx context.Context, t Transport, in Install, dir agentDir, old
 		return FileState{}, fmt.Errorf("check the agent installed at %s over sftp: %w", final, err)
 	}
 	st.Dir, st.Path, st.Hash, st.MeasuredAt = in.Dir, final, in.Hash, time.Now().UTC()
-	if st.Size != size || !st.regular() {
+	if st.Size != size || !st.Regular() {
 		return FileState{}, fmt.Errorf("the agent installed at %s is %d bytes (%s), want %d: the remote changed it as it was put in place", final, st.Size, os.FileMode(st.Mode), size)
 	}
 	in.record(st)

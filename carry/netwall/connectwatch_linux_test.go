@@ -150,7 +150,7 @@ func TestWallHandsLandlockRefusalsToTheDoor(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Start(); err != nil {
+		if err := w.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		_, _ = w.Wait()

@@ -2,13 +2,13 @@ package main
 
 import (
 	"fmt"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"os"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/postern-dev/postern/internal/config"
-	"github.com/postern-dev/postern/machine"
 )
 
 // userConfig is the config file's defaults, read before any command runs.
@@ -61,7 +61,7 @@ func setDefault(f *pflag.Flag, value string) {
 }
 
 // withSSHConfig fills in the ssh settings the config file has and o leaves unset.
-func withSSHConfig(o machine.SSHOptions) machine.SSHOptions {
+func withSSHConfig(o sshclient.Options) sshclient.Options {
 	if o.ConfigFile == "" {
 		o.ConfigFile = userConfig.SSH.Config
 	}

@@ -17,7 +17,9 @@ import (
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 	"github.com/postern-dev/postern/records"
 	agent "github.com/postern-dev/postern/remote-agent"
 )
@@ -26,20 +28,20 @@ import (
 type machineView struct {
 	Name string `json:"name"`
 	// SSH is the ssh destination, "" for local.
-	SSH        string                `json:"ssh"`
-	Labels     map[string]string     `json:"labels"`
-	AgentDir   string                `json:"agent_dir"` // "" is the default, ~/.cache/postern/agents
-	Lane       string                `json:"lane"`
-	Carry      string                `json:"carry"` // what a run would get now, "none" if refused
-	Measured   bool                  `json:"measured"`
-	MeasuredAt *time.Time            `json:"measured_at"`
-	OS         string                `json:"os"`
-	Arch       string                `json:"arch"`
-	Kernel     string                `json:"kernel"`
-	Version    string                `json:"postern_version"`
-	User       string                `json:"user"`
-	TookMS     int64                 `json:"took_ms"`
-	Rungs      map[string]probe.Rung `json:"rungs"`
+	SSH        string                   `json:"ssh"`
+	Labels     map[string]string        `json:"labels"`
+	AgentDir   string                   `json:"agent_dir"` // "" is the default, ~/.cache/postern/agents
+	Lane       machine.Lane             `json:"lane"`
+	Carry      string                   `json:"carry"` // what a run would get now, "none" if refused
+	Measured   bool                     `json:"measured"`
+	MeasuredAt *time.Time               `json:"measured_at"`
+	OS         string                   `json:"os"`
+	Arch       string                   `json:"arch"`
+	Kernel     string                   `json:"kernel"`
+	Version    string                   `json:"postern_version"`
+	User       string                   `json:"user"`
+	TookMS     int64                    `json:"took_ms"`
+	Rungs      map[rung.Name]probe.Rung `json:"rungs"`
 	// Agents are what was measured over sftp of the agents installed there.
 	Agents []agent.FileState `json:"agents"`
 	// Env names the variables every run on the machine is given (names
@@ -48,7 +50,7 @@ type machineView struct {
 }
 
 func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
-	v := machineView{Name: m.Name, SSH: m.SSH, Labels: m.Labels, AgentDir: m.AgentDir, Rungs: map[string]probe.Rung{}, Agents: []agent.FileState{}}
+	v := machineView{Name: m.Name, SSH: m.SSH, Labels: m.Labels, AgentDir: m.AgentDir, Rungs: map[rung.Name]probe.Rung{}, Agents: []agent.FileState{}}
 	if v.Labels == nil {
 		v.Labels = map[string]string{}
 	}
@@ -125,8 +127,8 @@ func printMachine(v machineView, width int) error {
 	names := make([]string, 0, len(v.Rungs))
 	nameW, resultW := len("RUNG"), len("RESULT")
 	for n, g := range v.Rungs {
-		names = append(names, n)
-		nameW, resultW = max(nameW, len(n)), max(resultW, len(string(g.Result)))
+		names = append(names, string(n))
+		nameW, resultW = max(nameW, len(string(n))), max(resultW, len(string(g.Result)))
 	}
 	sort.Strings(names)
 	// Shortened, a row is at most width columns: the detail of a rung with
@@ -142,7 +144,7 @@ func printMachine(v machineView, width int) error {
 	detailW = min(detailW, room*3/5)
 	shortened := false
 	for _, n := range names {
-		g := v.Rungs[n]
+		g := v.Rungs[rung.Name(n)]
 		detail, remedy := termtext.Printable(g.Detail), termtext.Printable(g.Remedy)
 		if width > 0 {
 			d, r := cut(detail, room), ""
@@ -194,9 +196,9 @@ func printSummary(views []machineView) error {
 		var yes, no []string
 		for n, g := range v.Rungs {
 			if g.Result == probe.Yes {
-				yes = append(yes, n)
+				yes = append(yes, string(n))
 			} else {
-				no = append(no, n)
+				no = append(no, string(n))
 			}
 		}
 		sort.Strings(yes)
@@ -252,9 +254,9 @@ func init() {
 				var yes, no []string
 				for n, g := range v.Rungs {
 					if g.Result == probe.Yes {
-						yes = append(yes, n)
+						yes = append(yes, string(n))
 					} else {
-						no = append(no, n)
+						no = append(no, string(n))
 					}
 				}
 				sort.Strings(yes)
@@ -312,7 +314,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			// Remote machines are measured through their agent (machine_remote.go).
 			// Machines measured are printed even when others failed.
-			views, perr := probeMachines(cmd.Context(), store, args, probeAll, withSSHConfig(machine.SSHOptions{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}), logger)
+			views, perr := probeMachines(cmd.Context(), store, args, probeAll, withSSHConfig(sshclient.Options{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}), logger)
 			if len(views) == 0 {
 				return perr
 			}
@@ -379,8 +381,8 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			if _, err := machine.ParseDest(dest); err != nil {
 				return &exitError{2, err}
 			}
-			sshOpts := withSSHConfig(machine.SSHOptions{Identity: identity, TrustNewHostKey: addTrust, ConnectTimeout: addConnectTimeout})
-			res, err := machine.ResolveDest(cmd.Context(), dest, sshOpts, nil)
+			sshOpts := withSSHConfig(sshclient.Options{Identity: identity, TrustNewHostKey: addTrust, ConnectTimeout: addConnectTimeout})
+			res, err := sshclient.ResolveDest(cmd.Context(), dest, sshOpts, nil)
 			if err != nil {
 				return &exitError{2, fmt.Errorf("machine %s: %w", name, err)}
 			}

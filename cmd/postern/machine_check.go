@@ -3,14 +3,14 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"strings"
 
-	"github.com/postern-dev/postern/machine"
 )
 
 // checkConnect connects and logs in to dest, then hangs up: 'machine add --check'.
-func checkConnect(ctx context.Context, dest string, opts machine.SSHOptions) error {
-	c, err := machine.DialSSH(ctx, dest, opts)
+func checkConnect(ctx context.Context, dest string, opts sshclient.Options) error {
+	c, err := sshclient.Dial(ctx, dest, opts)
 	if err != nil {
 		return err
 	}
@@ -18,7 +18,7 @@ func checkConnect(ctx context.Context, dest string, opts machine.SSHOptions) err
 }
 
 // resolvedText says how a destination was found, for 'machine add'.
-func resolvedText(r machine.Resolved, checked bool) string {
+func resolvedText(r sshclient.Resolved, checked bool) string {
 	var s string
 	switch r.How {
 	case "proxy":

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"io"
 	"log/slog"
 	"os"
@@ -60,7 +61,7 @@ the agent again. Installing already keeps only the two newest versions.`,
 
 func cleanMachine(cmd *cobra.Command, store *records.Store, m machine.Machine, dryRun, trust bool) ([]dispatch.Leftover, error) {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	r := dispatch.Remote{SSH: withSSHConfig(machine.SSHOptions{TrustNewHostKey: trust, Logger: logger}), Agents: store, Warn: os.Stderr}
+	r := dispatch.Remote{SSH: withSSHConfig(sshclient.Options{TrustNewHostKey: trust, Logger: logger}), Agents: store, Warn: os.Stderr}
 	return dispatch.CleanRemote(cmd.Context(), m, r, dryRun)
 }
 

@@ -386,6 +386,7 @@ func lastRun(t testing.TB, c *controller) records.Run {
 }
 
 func TestRemoteUnmeasuredIsRefused(t *testing.T) {
+	testhosts.EndToEnd(t)
 	c := newController(t)
 	c.mustPostern(t, "machine", "add", "far", "--ssh", "root@10.255.255.1")
 	_, stderr, code := c.postern(t, "run", "--machine", "far", "--", "true")
@@ -395,6 +396,7 @@ func TestRemoteUnmeasuredIsRefused(t *testing.T) {
 }
 
 func TestRemoteRunReachesUpstreamThroughItsDoor(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	show := r.C.mustPostern(t, "machine", "show", "far", "--json")
@@ -480,6 +482,7 @@ func TestRemoteRunReachesUpstreamThroughItsDoor(t *testing.T) {
 // with a port no policy lists), a warning, and a record that says so — on a
 // machine never measured, as a local open run needs no measurement either.
 func TestRemoteEgressOpen(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.C.writeSSH(t, "config", fmt.Sprintf("Host far-alias\n  HostName %s\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n", r.Remote.Addr))
 	r.C.trust(t, r.Remote.Addr.String(), r.Remote.HostPub)
@@ -508,6 +511,7 @@ func TestRemoteEgressOpen(t *testing.T) {
 }
 
 func TestRemoteAgentReusedAndReinstalledWhenDamaged(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	files := agentFiles(t, r.Remote.Home)
@@ -576,6 +580,7 @@ func sha256File(t testing.TB, p string) string {
 }
 
 func TestRemoteHostKeys(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	c := r.C
 	addr := r.Remote.Addr.String()
@@ -633,6 +638,7 @@ func TestRemoteHostKeys(t *testing.T) {
 // TestRemoteUserCertificate logs in with a key sshd knows only through the
 // certificate its CA signed, found beside the identity file as ssh finds it.
 func TestRemoteUserCertificate(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	c := r.C
 	addr := r.Remote.Addr.String()
@@ -697,6 +703,7 @@ func newJumpLab(t *testing.T, name string) *jumpLab {
 }
 
 func TestRemoteProxyJump(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newJumpLab(t, "jump")
 	c := l.C
 	c.writeSSH(t, "config", fmt.Sprintf(`Include conf.d/*
@@ -723,6 +730,7 @@ Host bastion
 // ssh stream), as a bastion or a cloud's session manager would: the machine is
 // probed, runs there, and a ProxyCommand that fails says why in its own words.
 func TestRemoteProxyCommand(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newJumpLab(t, "pcmd")
 	c := l.C
 	c.writeSSH(t, "config", fmt.Sprintf(`Host behind
@@ -756,6 +764,7 @@ Host broken
 }
 
 func TestRemoteControllerKilledLeavesNothing(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	// sleep takes 300.NNNNNN: a number that names this run alone.
@@ -812,6 +821,7 @@ func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 // real one: the controller checks the file over sftp before starting it, so
 // the script is never run; the agent is installed again and the person told.
 func TestRemoteAgentSwappedIsNotRun(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	files := agentFiles(t, r.Remote.Home)

@@ -135,6 +135,7 @@ func (p *ptyProc) exit(t *testing.T, d time.Duration) int {
 // of the person's size and TERM, a resize reaches it, and Ctrl-C typed here
 // interrupts it there, with the status saying so.
 func TestRemoteTerminal(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	// The same with no wall (--egress-open): the command gets the terminal
@@ -304,6 +305,7 @@ func sshdTree(root int) []int {
 // wall down within 5 seconds, leaving no process or namespace of the run, and
 // the controller marks the run lost and says so.
 func TestRemoteConnectionDropped(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 
@@ -427,6 +429,7 @@ func alive(pid int) bool {
 // (they stay unmeasured, and runs on them are refused), rejects a bad inventory
 // with the place of the mistake, and measures every machine at once.
 func TestRemoteInventoryImportAndProbeAll(t *testing.T) {
+	testhosts.EndToEnd(t)
 	lab := testhosts.NewTestLab(t, "inv")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -598,6 +601,7 @@ func startSSHAgent(t *testing.T, key string) string {
 // TestRemoteSSHAgent logs in with a key that only the ssh agent holds: no
 // IdentityFile in the config and no key file in ~/.ssh.
 func TestRemoteSSHAgent(t *testing.T) {
+	testhosts.EndToEnd(t)
 	lab := testhosts.NewTestLab(t, "agent")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

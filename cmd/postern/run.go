@@ -93,6 +93,7 @@ not found; 255 the connection to the run's machine was lost.`,
 			spec.Remote.SSH = withSSHConfig(spec.Remote.SSH)
 			spec.Warn = rep.warnings()
 			spec.Logger = rep.logger()
+			spec.Remote.Version = version
 			spec.OnStart = rep.start
 			spec.OnEvent = rep.event
 			if jsonOut {

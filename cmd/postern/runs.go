@@ -90,7 +90,7 @@ func init() {
 			}
 			row("id", r.ID)
 			row("machine", r.Machine)
-			row("lane", r.Lane)
+			row("lane", string(r.Lane))
 			row("carry", r.Carry)
 			row("state", r.State)
 			row("exit", exitText(r))
@@ -247,7 +247,7 @@ func printEvents(ctx context.Context, store *records.Store, id string, w io.Writ
 }
 
 func eventRow(ev door.Event) string {
-	decision := ev.Decision
+	decision := string(ev.Decision)
 	if ev.WouldDeny {
 		decision += " (would deny)"
 	}

@@ -1,4 +1,4 @@
-package machine
+package sshclient
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/postern-dev/postern/machine"
 )
 
 // ErrUnresolved means an ssh destination names no host: no Host block of
@@ -20,7 +22,7 @@ var ErrUnresolved = errors.New("ssh destination resolves to nothing")
 // Resolved is what the ssh configuration makes of a destination, as
 // 'ssh -G' would: the host it connects to and how that was found.
 type Resolved struct {
-	Host SSHHost
+	Host machine.SSHHost
 	// How says how the host was found: "ssh config" (a Host block gave it a
 	// HostName), "proxy" (ProxyJump or ProxyCommand: the name is resolved
 	// beyond it), "address" (an IP literal) or "dns".
@@ -36,8 +38,8 @@ const lookupTimeout = 5 * time.Second
 // by the ssh config in opts, without connecting. A name that no Host block
 // maps elsewhere must resolve with r (nil: the system resolver); one that
 // does not is ErrUnresolved, with the config file named in the fix.
-func ResolveDest(ctx context.Context, dest string, opts SSHOptions, r *net.Resolver) (Resolved, error) {
-	d, err := ParseDest(dest)
+func ResolveDest(ctx context.Context, dest string, opts Options, r *net.Resolver) (Resolved, error) {
+	d, err := machine.ParseDest(dest)
 	if err != nil {
 		return Resolved{}, err
 	}
@@ -49,7 +51,7 @@ func ResolveDest(ctx context.Context, dest string, opts SSHOptions, r *net.Resol
 	if opts.ConfigFile == "" {
 		opts.ConfigFile = filepath.Join(opts.Home, ".ssh", "config")
 	}
-	cfg, err := LoadSSHConfig(opts.ConfigFile, filepath.Join(opts.Home, ".ssh"))
+	cfg, err := machine.LoadSSHConfig(opts.ConfigFile, filepath.Join(opts.Home, ".ssh"))
 	if err != nil {
 		return Resolved{}, err
 	}
