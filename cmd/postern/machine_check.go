@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"github.com/postern-dev/postern/machine/sshclient"
 	"strings"
-
 )
 
 // checkConnect connects and logs in to dest, then hangs up: 'machine add --check'.
