@@ -1,10 +1,11 @@
 # postern — build, test, demo, benchmarks.
 GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 BIN     := bin
 
-.PHONY: all build test test-short fuzz bench demo clean
+.PHONY: all build test test-short fuzz bench demo clean man
 
 all: build
 
@@ -12,6 +13,11 @@ all: build
 # the wall re-executes inside the run's namespaces.
 build: agents
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/postern ./cmd/postern
+
+# Manual pages, one per command, made from the commands themselves.
+man: build
+	rm -rf $(BIN)/man && $(BIN)/postern __man $(BIN)/man/man1
+	@echo "manual pages in $(BIN)/man (man -M $(BIN)/man postern)"
 
 # The agents postern installs on remote machines over ssh: the same static binary,
 # built for each OS and architecture a remote may have (Linux machines get the

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/postern-dev/postern/machine"
-	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 // Carry names the wall a lane gets.
@@ -30,7 +30,7 @@ const RefusedMarker = "EGRESS-CLOSED-DEFAULT-REFUSED"
 // Spec is what Choose needs to know about the run.
 type Spec struct {
 	Machine string
-	Lane    string
+	Lane    machine.Lane
 	// EgressOpen is the person's reason for running without a wall; non-empty opens
 	// the run's network, and the reason is recorded.
 	EgressOpen string
@@ -44,33 +44,33 @@ type Spec struct {
 }
 
 // noNetworkDrops are the rungs a run with no network does not stand on.
-var noNetworkDrops = []string{probe.RungNetnsRedirect, probe.RungLandlock}
+var noNetworkDrops = []rung.Name{rung.NetnsRedirect, rung.Landlock}
 
 // needs lists the rungs each lane's carry stands on.
-var needs = map[string]struct {
+var needs = map[machine.Lane]struct {
 	carry Carry
-	rungs []string
+	rungs []rung.Name
 }{
-	machine.LaneLocalLinux:     {NetworkWall, []string{probe.RungNetns, probe.RungOverlay}},
-	machine.LaneRemoteLinux:    {NetworkWall, []string{probe.RungNetns, probe.RungNetnsRedirect, probe.RungLandlock, probe.RungOverlay}},
-	machine.LaneLocalMacOS:     {ConnectDoor, []string{probe.RungSeatbeltNetworkDeny}},
-	machine.LaneRemoteMacOS:    {ConnectDoor, []string{probe.RungSeatbeltNetworkDeny}},
-	machine.LaneLocalContainer: {ContainerBridge, []string{probe.RungNetnsRedirect, probe.RungContainer}},
+	machine.LaneLocalLinux:     {NetworkWall, []rung.Name{rung.Netns, rung.Overlay}},
+	machine.LaneRemoteLinux:    {NetworkWall, []rung.Name{rung.Netns, rung.NetnsRedirect, rung.Landlock, rung.Overlay}},
+	machine.LaneLocalMacOS:     {ConnectDoor, []rung.Name{rung.SeatbeltNetworkDeny}},
+	machine.LaneRemoteMacOS:    {ConnectDoor, []rung.Name{rung.SeatbeltNetworkDeny}},
+	machine.LaneLocalContainer: {ContainerBridge, []rung.Name{rung.NetnsRedirect, rung.Container}},
 }
 
 // Needs returns the rungs a lane needs, for messages and docs.
-func Needs(lane string) []string { return append([]string(nil), needs[lane].rungs...) }
+func Needs(lane machine.Lane) []rung.Name { return append([]rung.Name(nil), needs[lane].rungs...) }
 
 // Refusal says why a run cannot be walled. No process is spawned for a refused run.
 type Refusal struct {
-	Lane       string
+	Lane       machine.Lane
 	Machine    string
 	MeasuredAt time.Time // zero: never measured
 	Kernel     string    // the kernel the record was measured on, when it no longer matches
 	// AtRunTime is set when the measurement said yes but the machine refused the
 	// wall when the run was being raised.
 	AtRunTime string
-	Needs     []string
+	Needs     []rung.Name
 	// Missing are the needed rungs that were not measured yes, each with what the
 	// measurement said and its remedy.
 	Missing []MissingRung
@@ -79,7 +79,7 @@ type Refusal struct {
 
 // MissingRung is one needed rung and what was measured of it.
 type MissingRung struct {
-	Rung   string
+	Rung   rung.Name
 	Detail string
 	Remedy string
 }
@@ -107,7 +107,7 @@ func (r *Refusal) Error() string {
 		}
 	}
 	if len(r.Needs) > 0 {
-		fmt.Fprintf(&b, "; the lane needs %s", strings.Join(r.Needs, ", "))
+		fmt.Fprintf(&b, "; the lane needs %s", joinNames(r.Needs))
 	}
 	fmt.Fprintf(&b, "; nothing was started; fix: %s", r.Fix)
 	return b.String()
@@ -116,14 +116,14 @@ func (r *Refusal) Error() string {
 // Choose returns the carry for a run, or a *Refusal when what was measured about
 // the machine cannot wall it. rec is nil for a machine never measured. Choose is
 // pure: it performs nothing and reads only its arguments.
-func Choose(rec *probe.Record, spec Spec) (Carry, error) {
+func Choose(rec *rung.Record, spec Spec) (Carry, error) {
 	if strings.TrimSpace(spec.EgressOpen) != "" {
 		return None, nil
 	}
 	probeCmd := fmt.Sprintf("run 'postern machine probe-confinement %s'", spec.Machine)
 	lane, ok := needs[spec.Lane]
 	if ok && spec.NoNetwork && lane.carry == NetworkWall {
-		lane.rungs = slices.DeleteFunc(slices.Clone(lane.rungs), func(r string) bool { return slices.Contains(noNetworkDrops, r) })
+		lane.rungs = slices.DeleteFunc(slices.Clone(lane.rungs), func(r rung.Name) bool { return slices.Contains(noNetworkDrops, r) })
 	}
 	if !ok {
 		return "", &Refusal{Lane: spec.Lane, Machine: spec.Machine, Fix: "no carry walls this lane; run with --egress-open \"<reason>\" to open the network deliberately"}
@@ -154,4 +154,12 @@ func Choose(rec *probe.Record, spec Spec) (Carry, error) {
 	}
 	ref.Fix = "apply the remedies above, then " + probeCmd + " again; or run with --egress-open \"<reason>\" to open the network deliberately"
 	return "", ref
+}
+
+func joinNames(names []rung.Name) string {
+	s := make([]string, len(names))
+	for i, n := range names {
+		s[i] = string(n)
+	}
+	return strings.Join(s, ", ")
 }

@@ -178,17 +178,15 @@ func runInContainer(ctx context.Context, store *records.Store, run *records.Run,
 
 	evlog := newEventLog(store, run, spec)
 	cfg := door.Config{Policy: pol, Resolver: spec.Resolver, AddHosts: pins, Emit: evlog.Emit, Run: run.ID, Logger: spec.Logger}
-	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
+	e := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 		code, err := superviseWall(ctx, wall, nil, spec.Signals, killGrace, nil)
 		return containerNotRun(wall, spec.Command[0], code, err)
 	})
 	logErr := closeEventLog(ctx, evlog, run)
-	if runErr != nil {
-		return code, runErr
+	if e.err != nil {
+		return e.code, e.err
 	}
-	if err := errors.Join(doorErr, logErr); err != nil {
-		spec.Logger.Warn("run teardown", "run", run.ID, "err", err)
-		fmt.Fprintf(spec.Warn, "postern: run %s: %v\n", run.ID, err)
-	}
-	return code, nil
+	e.teardown = errors.Join(e.teardown, logErr)
+	e.tellTeardown(spec.Logger, spec.Warn, run.ID)
+	return e.code, nil
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/procstat"
 	"github.com/postern-dev/postern/machine"
@@ -27,6 +29,9 @@ import (
 
 // Spec is one run as a person asked for it.
 type Spec struct {
+	// policySrc is the policy file's bytes as Run read and compiled them.
+	policySrc []byte
+
 	Machine    string   // default "local"
 	PolicyPath string   // "" gets a policy that allows nothing
 	AddHosts   []string // NAME:IP pins for the door's lookups
@@ -74,7 +79,7 @@ type Spec struct {
 	Warn   io.Writer
 	Logger *slog.Logger
 	// OnEvent, if set, sees every event as it is recorded.
-	OnEvent func(door.Event)
+	OnEvent func(event.Event)
 	// OnStart, if set, is told once the run is recorded as running, before
 	// its command is started: its id, machine, lane, carry and policy are
 	// known. A refused run never starts.
@@ -127,10 +132,11 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	if spec.Remote.Warn == nil {
 		spec.Remote.Warn = spec.Warn
 	}
-	pol, err := runPolicy(spec)
+	pol, policySrc, err := runPolicy(spec)
 	if err != nil {
 		return nil, &PolicyError{err}
 	}
+	spec.policySrc = policySrc
 	// Whatever the lane, the run never holds what the door injects.
 	spec.Env = withoutInjected(spec.Env, pol)
 	pins, err := parsePins(spec.AddHosts)
@@ -172,6 +178,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		return nil, err
 	}
 	spec.PassEnv, run.EnvNames = vars, names
+	keepPolicy(run, policySrc)
 	noNetwork := spec.Network == NetworkNone
 	switch {
 	case spec.Network != "" && !noNetwork:
@@ -363,11 +370,35 @@ func (e *RecordError) Error() string {
 
 func (e *RecordError) Unwrap() error { return e.Err }
 
-func loadPolicy(path string) (*policy.Policy, error) {
+// readPolicy compiles the policy file and returns the bytes it compiled,
+// which the run's record keeps (and a remote run is sent).
+func readPolicy(path string) (*policy.Policy, []byte, error) {
 	if path == "" {
-		return policy.Nothing(), nil
+		return policy.Nothing(), nil, nil
 	}
-	return policy.Load(path)
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read policy %q: %w", path, err)
+	}
+	p, err := policy.Parse(path, src)
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, src, nil
+}
+
+// keepPolicy records what the run's policy file held.
+func keepPolicy(run *records.Run, src []byte) {
+	if src == nil {
+		return
+	}
+	sum := sha256.Sum256(src)
+	run.PolicySHA256 = hex.EncodeToString(sum[:])
+	text := src
+	if len(text) > records.MaxPolicyText {
+		text, run.PolicyTextCut = text[:records.MaxPolicyText], true
+	}
+	run.PolicyText = strings.ToValidUTF8(string(text), "\uFFFD")
 }
 
 func policyName(p *policy.Policy) string {

@@ -11,16 +11,16 @@ import (
 // runPolicy is the policy a run's door holds: the file's, or, for a run
 // that joins a gateway, one that only gives the wall its ports (the gateway
 // judges) and names the gateway, without its credentials, in the record.
-func runPolicy(spec Spec) (*policy.Policy, error) {
+func runPolicy(spec Spec) (*policy.Policy, []byte, error) {
 	if spec.Upstream == nil {
-		return loadPolicy(spec.PolicyPath)
+		return readPolicy(spec.PolicyPath)
 	}
 	if spec.PolicyPath != "" {
-		return nil, errors.New("give --policy or --gateway, not both: with --gateway the gateway judges every connection by the client's policy there")
+		return nil, nil, errors.New("give --policy or --gateway, not both: with --gateway the gateway judges every connection by the client's policy there")
 	}
 	p := policy.Nothing()
 	p.Source = "gateway " + spec.Upstream.Name
-	return p, nil
+	return p, nil, nil
 }
 
 // checkJoin refuses a run that joins a gateway on a lane whose door cannot

@@ -63,6 +63,7 @@ func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec
 		Logger:      spec.Logger, Warn: spec.Warn,
 		Files: files, PidsLimit: spec.PidsLimit, NoNetwork: spec.Network == NetworkNone,
 		OnWrites: func(lines []string) { run.Writes = lines },
+		OnPid:    func(pid int) { run.RunPid = pid },
 		OnStart:  startedHook(spec, run),
 	})
 	logErr := closeEventLog(ctx, evlog, run)

@@ -20,13 +20,11 @@ import (
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
 	agent "github.com/postern-dev/postern/remote-agent"
 )
-
-// Version is postern's version, told to agents in the handshake.
-var Version = "dev"
 
 // ErrRunLost means the controller lost the remote agent mid-run: the run's state
 // is "lost". The agent kills such a run and tears its wall down by itself.
@@ -35,9 +33,11 @@ var ErrRunLost = errors.New("run lost")
 // Remote says how to reach remote machines.
 type Remote struct {
 	// SSH are the ssh options (home for ~/.ssh, trust on first use).
-	SSH machine.SSHOptions
+	SSH sshclient.Options
 	// Progress, if set, is where agent uploads report their progress (a terminal).
 	Progress io.Writer
+	// Version is postern's, told to the agent in the handshake; "" is "dev".
+	Version string
 	// Agents, if set, keeps what was measured over sftp of each agent
 	// installed on a machine, to check the file against before each use.
 	Agents *records.Store
@@ -52,7 +52,7 @@ type Remote struct {
 
 // connectAgent connects to m over ssh and starts its agent for goos/goarch,
 // installing it first if it is missing or damaged.
-func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r Remote) (*machine.SSHClient, *agent.Client, agent.Process, error) {
+func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r Remote) (*sshclient.Client, *agent.Client, agent.Process, error) {
 	bin, err := agent.Locate(goos, goarch)
 	if err != nil {
 		return nil, nil, nil, err
@@ -65,11 +65,15 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 	if opts.Identity == "" {
 		opts.Identity = m.Identity
 	}
-	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	sc, err := sshclient.Dial(ctx, m.SSH, opts)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("machine %s: %w", m.Name, err)
 	}
-	in := agent.Install{Binary: bin, Hash: hash, Dir: m.AgentDir, Version: Version}
+	version := r.Version
+	if version == "" {
+		version = "dev"
+	}
+	in := agent.Install{Binary: bin, Hash: hash, Dir: m.AgentDir, Version: version}
 	if r.Progress != nil {
 		in.Progress = uploadProgress(r.Progress, m.Name)
 	}
@@ -89,6 +93,13 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 		in.Record = func(st agent.FileState) {
 			if err := r.Agents.PutAgent(m.Name, st); err != nil {
 				fmt.Fprintf(warn, "postern: agent on %s: what was measured of its file is not recorded (it will be read back next time): %v\n", m.Name, err)
+			}
+		}
+	}
+	in.Removed = func(g agent.Installed) {
+		if r.Agents != nil {
+			if err := r.Agents.RemoveAgent(m.Name, g.Hash); err != nil {
+				fmt.Fprintf(warn, "postern: agent on %s: %v\n", m.Name, err)
 			}
 		}
 	}
@@ -173,7 +184,7 @@ func remotePlatform(ctx context.Context, m machine.Machine, r Remote) (goos, goa
 	if opts.Identity == "" {
 		opts.Identity = m.Identity
 	}
-	sc, err := machine.DialSSH(ctx, m.SSH, opts)
+	sc, err := sshclient.Dial(ctx, m.SSH, opts)
 	if err != nil {
 		return "", "", fmt.Errorf("machine %s: %w", m.Name, err)
 	}
@@ -216,8 +227,8 @@ func platform(uname string) (goos, goarch string, err error) {
 // runRemote runs the command on a remote machine through its agent, which raises
 // the wall and the door there. Events are recorded here as they arrive.
 func runRemote(ctx context.Context, store *records.Store, run *records.Run, spec Spec, rec *probe.Record, m machine.Machine) (int, error) {
-	var src []byte
-	if spec.PolicyPath != "" {
+	src := spec.policySrc
+	if src == nil && spec.PolicyPath != "" {
 		b, err := os.ReadFile(spec.PolicyPath)
 		if err != nil {
 			return 0, &PolicyError{fmt.Errorf("read policy: %w", err)}
@@ -264,7 +275,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 		return 0, err
 	}
 	req := agent.RunRequest{
-		ID: run.ID, Machine: m.Name, Lane: run.Lane, Command: spec.Command,
+		ID: run.ID, Machine: m.Name, Lane: string(run.Lane), Command: spec.Command,
 		Env: withEnv(remoteEnv(spec.Env), spec.PassEnv), Policy: src, PolicyAt: spec.PolicyPath,
 		AddHosts: spec.AddHosts, Resolver: spec.Resolver, Open: run.EgressOpenReason,
 		KeepHome: spec.KeepHome, PidsLimit: spec.PidsLimit, NoNetwork: spec.Network == NetworkNone,
@@ -288,6 +299,13 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 	cio.OnEvent = evlog.Emit
 	cio.OnStart = func(st agent.Started) {
 		run.Landlock = termtext.Printable(st.Landlock)
+		// Where the run is on the remote, as its agent says.
+		if st.Pid > 0 {
+			run.RunPid = st.Pid
+		}
+		if st.Dir != "" {
+			run.Dir = termtext.Printable(st.Dir)
+		}
 		if st.Seal != nil {
 			// Measured beside the run, on the remote.
 			run.Seal = &records.Seal{Held: st.Seal.Held, Guardrail: termtext.Printable(st.Seal.Guardrail), Why: termtext.Printable(st.Seal.Why)}
@@ -447,17 +465,27 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 	}
 	if runtime.GOOS == "darwin" {
 		// A Mac carries the run with the connect door (remote-macos).
-		walled, onStart = RunSeatbelt, func() { rio.OnStart("none: macOS, the run is under a seatbelt profile", seal) }
+		walled, onStart = RunSeatbelt, func() {
+			if rio.Place != nil {
+				rio.Place(0, dir)
+			}
+			rio.OnStart("none: macOS, the run is under a seatbelt profile", seal)
+		}
 	}
 	code, err := walled(ctx, Walled{
-		Run: req.ID, Machine: req.Machine, Lane: req.Lane,
+		Run: req.ID, Machine: req.Machine, Lane: machine.Lane(req.Lane),
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,
 		Files: files, PidsLimit: req.PidsLimit, Where: req.Machine,
 		OnWrites: rio.Writes, // told to the person at home, with the exit
 		Signals:  rio.Signals, Emit: rio.Emit, KillGrace: rio.KillGrace,
-		OnStart:       onStart,
+		OnStart: onStart,
+		OnPid: func(pid int) {
+			if rio.Place != nil {
+				rio.Place(pid, dir)
+			}
+		},
 		Landlock:      true,
 		NoNetwork:     req.NoNetwork,
 		NeverWritable: agentDir(),
@@ -465,7 +493,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 	})
 	var ref *carry.Refusal
 	if errors.As(err, &ref) {
-		return 0, &agent.RefusedError{Reason: ref.AtRunTime, Fix: ref.Fix}
+		return 0, ref // the agent sends it home as a refusal
 	}
 	return code, err
 }
@@ -526,6 +554,9 @@ func serveOpenRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO) (i
 	if ce := checkCommand(req.Command, dir, env, pathPassed(req.Env)); ce != nil {
 		return 0, notRun(ce)
 	}
+	if rio.Place != nil {
+		rio.Place(0, dir)
+	}
 	rio.OnStart("none: open network (--egress-open)", nil)
 	return runOpenCmd(ctx, openRun{
 		Command: req.Command, Dir: dir, Env: env,
@@ -545,8 +576,8 @@ func notRun(ce *CommandError) error {
 }
 
 // ProbeHere is the agent's side of a remote probe.
-func ProbeHere(ctx context.Context, name string, logger *slog.Logger) (*probe.Record, error) {
-	return probe.Run(ctx, probe.Options{Name: name, Version: Version, Logger: logger})
+func ProbeHere(ctx context.Context, name, version string, logger *slog.Logger) (*probe.Record, error) {
+	return probe.Run(ctx, probe.Options{Name: name, Version: version, Logger: logger})
 }
 
 // sealState is a seal as the agent sends it home.

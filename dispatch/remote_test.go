@@ -13,6 +13,7 @@ import (
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 	"github.com/postern-dev/postern/records"
 	agent "github.com/postern-dev/postern/remote-agent"
 )
@@ -83,7 +84,7 @@ func startFakeAgent(t *testing.T, kernel string) (*fakeAgent, *agent.Client) {
 
 // measured is a record of far on kernel that says it can wall a remote run.
 func measured(kernel string) *probe.Record {
-	rec := &probe.Record{Name: "far", OS: "linux", Arch: "amd64", Kernel: kernel, MeasuredAt: time.Now().UTC().Add(-time.Hour), Rungs: map[string]probe.Rung{}}
+	rec := &probe.Record{Name: "far", OS: "linux", Arch: "amd64", Kernel: kernel, MeasuredAt: time.Now().UTC().Add(-time.Hour), Rungs: map[rung.Name]probe.Rung{}}
 	for _, r := range carry.Needs(machine.LaneRemoteLinux) {
 		rec.Rungs[r] = probe.Rung{Result: probe.Yes}
 	}

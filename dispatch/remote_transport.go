@@ -12,7 +12,7 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
-	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	agent "github.com/postern-dev/postern/remote-agent"
 )
 
@@ -20,56 +20,105 @@ import (
 // connection. Its sftp session is opened on first use and shared; Close ends
 // it.
 type sshTransport struct {
-	c *machine.SSHClient
+	c *sshclient.Client
 
-	mu sync.Mutex
-	sc *sftp.Client
+	mu      sync.Mutex
+	sc      *sftp.Client
+	session *ssh.Session // sc's
+	// noSFTP is set once the remote refused the sftp subsystem: files are
+	// then read, written and described through shell commands instead.
+	noSFTP bool
 }
 
 var _ agent.Transport = (*sshTransport)(nil)
 
-func newSSHTransport(c *machine.SSHClient) *sshTransport { return &sshTransport{c: c} }
+func newSSHTransport(c *sshclient.Client) *sshTransport { return &sshTransport{c: c} }
 
 // sftp returns the connection's sftp session, starting it if needed. A
 // cancelled ctx ends it (and the next call starts another).
 func (t *sshTransport) sftp(ctx context.Context) (*sftp.Client, func() bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.sc == nil {
-		sc, err := sftp.NewClient(t.c.Client, sftp.UseConcurrentWrites(true))
-		if err != nil {
-			return nil, nil, fmt.Errorf("start sftp (the remote sshd needs an sftp subsystem): %w", err)
-		}
-		t.sc = sc
+	if t.noSFTP {
+		return nil, nil, errNoSFTP
 	}
-	sc := t.sc
-	stop := context.AfterFunc(ctx, func() { t.drop(sc) })
+	if t.sc == nil {
+		sc, session, err := startSFTP(t.c)
+		if errors.Is(err, errNoSFTP) {
+			t.noSFTP = true
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		t.sc, t.session = sc, session
+	}
+	sc, session := t.sc, t.session
+	stop := context.AfterFunc(ctx, func() { t.drop(sc, session) })
 	return sc, stop, nil
 }
 
-func (t *sshTransport) drop(sc *sftp.Client) {
+// errNoSFTP means the remote's sshd refused the sftp subsystem (none is
+// configured): the transport falls back to commands over exec channels.
+var errNoSFTP = errors.New("the remote has no sftp subsystem")
+
+// startSFTP asks the remote for its sftp subsystem on a session of its own.
+// A refused request is errNoSFTP: that is the server's word that it has none.
+func startSFTP(c *sshclient.Client) (*sftp.Client, *ssh.Session, error) {
+	s, err := c.NewSession()
+	if err != nil {
+		return nil, nil, fmt.Errorf("open ssh session for sftp: %w", err)
+	}
+	w, err := s.StdinPipe()
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	r, err := s.StdoutPipe()
+	if err != nil {
+		s.Close()
+		return nil, nil, err
+	}
+	if err := s.RequestSubsystem("sftp"); err != nil {
+		s.Close()
+		return nil, nil, fmt.Errorf("%w (%v)", errNoSFTP, err)
+	}
+	sc, err := sftp.NewClientPipe(r, w, sftp.UseConcurrentWrites(true))
+	if err != nil {
+		s.Close()
+		return nil, nil, fmt.Errorf("start sftp: %w", err)
+	}
+	return sc, s, nil
+}
+
+func (t *sshTransport) drop(sc *sftp.Client, session *ssh.Session) {
 	t.mu.Lock()
 	if t.sc == sc {
-		t.sc = nil
+		t.sc, t.session = nil, nil
 	}
 	t.mu.Unlock()
 	sc.Close()
+	session.Close()
 }
 
 // Close ends the sftp session, if one was started; the ssh connection stays.
 func (t *sshTransport) Close() error {
 	t.mu.Lock()
-	sc := t.sc
-	t.sc = nil
+	sc, session := t.sc, t.session
+	t.sc, t.session = nil, nil
 	t.mu.Unlock()
 	if sc != nil {
-		return sc.Close()
+		err := sc.Close()
+		session.Close()
+		return err
 	}
 	return nil
 }
 
 func (t *sshTransport) Stat(ctx context.Context, remote string) (agent.FileState, error) {
 	sc, stop, err := t.sftp(ctx)
+	if errors.Is(err, errNoSFTP) {
+		return t.execStat(ctx, remote)
+	}
 	if err != nil {
 		return agent.FileState{}, err
 	}
@@ -87,6 +136,9 @@ func (t *sshTransport) Stat(ctx context.Context, remote string) (agent.FileState
 
 func (t *sshTransport) Open(ctx context.Context, remote string) (agent.RemoteFile, error) {
 	sc, stop, err := t.sftp(ctx)
+	if errors.Is(err, errNoSFTP) {
+		return t.execOpen(ctx, remote)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -121,6 +173,9 @@ func (t *sshTransport) Copy(ctx context.Context, local, remote string, progress 
 		return err
 	}
 	sc, stop, err := t.sftp(ctx)
+	if errors.Is(err, errNoSFTP) {
+		return t.execCopy(ctx, src, st.Size(), remote, progress)
+	}
 	if err != nil {
 		return err
 	}

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/seatbelt"
 	"github.com/postern-dev/postern/door"
-	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
 
@@ -23,29 +20,10 @@ import (
 // the kill on ctx's end and the exit status are as RunWalled's. A profile
 // macOS refuses is a *carry.Refusal.
 func RunSeatbelt(ctx context.Context, w Walled) (int, error) {
-	if w.Logger == nil {
-		w.Logger = slog.New(slog.DiscardHandler)
-	}
-	if w.Warn == nil {
-		w.Warn = io.Discard
-	}
-	if w.Emit == nil {
-		w.Emit = func(door.Event) {}
-	}
-	if w.KillGrace <= 0 {
-		w.KillGrace = killGrace
-	}
-	if w.Policy == nil {
-		w.Policy = policy.Nothing()
-	}
-	stdin, stdout, stderr := w.Stdin, w.Stdout, w.Stderr
-	var tty *terminal
-	ownTTY := w.OwnTerminal && isTerminal(stdin)
-	if !ownTTY {
-		var err error
-		if stdin, stdout, stderr, tty, err = runTerminal(w.Stdin, w.Stdout, w.Stderr); err != nil {
-			return 0, err
-		}
+	w.fillDefaults()
+	stdin, stdout, stderr, tty, ownTTY, err := w.streams()
+	if err != nil {
+		return 0, err
 	}
 	if tty != nil {
 		defer tty.close()
@@ -80,11 +58,11 @@ func RunSeatbelt(ctx context.Context, w Walled) (int, error) {
 		}
 	}
 	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger}
-	code, runErr, doorErr := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
+	e := withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 		return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	})
-	if errors.As(runErr, &perr) {
-		runErr = refusal(perr)
+	if errors.As(e.err, &perr) {
+		e.err = refusal(perr)
 	}
 	if changes := wall.GuardChanges(); len(changes) > 0 {
 		guarded := make([]string, len(changes))
@@ -97,14 +75,11 @@ func RunSeatbelt(ctx context.Context, w Walled) (int, error) {
 			w.OnWrites(guarded)
 		}
 	}
-	if runErr != nil {
-		return code, runErr
+	if e.err != nil {
+		return e.code, e.err
 	}
-	if doorErr != nil {
-		w.Logger.Warn("run teardown", "run", w.Run, "err", doorErr)
-		fmt.Fprintf(w.Warn, "postern: run %s: %v\n", w.Run, doorErr)
-	}
-	return code, nil
+	e.tellTeardown(w.Logger, w.Warn, w.Run)
+	return e.code, nil
 }
 
 // neverWritable are postern's own places on this machine: the directory of

@@ -16,7 +16,9 @@ import (
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/machine"
 )
 
 // Walled is one command behind the network wall with the door beside it. A local
@@ -25,7 +27,7 @@ import (
 type Walled struct {
 	Run     string // the run's id, copied into every event
 	Machine string
-	Lane    string
+	Lane    machine.Lane
 
 	Command []string
 	Dir     string
@@ -52,7 +54,7 @@ type Walled struct {
 	// Signals are forwarded to the run; SIGWINCH resizes its terminal.
 	Signals <-chan os.Signal
 	// Emit receives every event of the door. It must not block for long.
-	Emit func(door.Event)
+	Emit func(event.Event)
 	// KillGrace is how long the run has between SIGTERM and SIGKILL once ctx is
 	// done; zero means 5s.
 	KillGrace time.Duration
@@ -61,6 +63,9 @@ type Walled struct {
 	BeforeStart func() error
 	// OnStart, if set, is called once the command runs inside the wall.
 	OnStart func()
+	// OnPid, if set, is told the pid of the wall's process (the root of the
+	// run's tree, on this machine), before OnStart.
+	OnPid func(pid int)
 	// Landlock also confines the command with Landlock, where the kernel has
 	// network rules: TCP connect only to the policy's ports and DNS.
 	Landlock bool
@@ -91,21 +96,7 @@ type Walled struct {
 // KillGrace. It returns the command's exit status (128+n for signal n). A wall the
 // kernel refuses is a *carry.Refusal.
 func RunWalled(ctx context.Context, w Walled) (int, error) {
-	if w.Logger == nil {
-		w.Logger = slog.New(slog.DiscardHandler)
-	}
-	if w.Warn == nil {
-		w.Warn = io.Discard
-	}
-	if w.Emit == nil {
-		w.Emit = func(door.Event) {}
-	}
-	if w.KillGrace <= 0 {
-		w.KillGrace = killGrace
-	}
-	if w.Policy == nil {
-		w.Policy = policy.Nothing()
-	}
+	w.fillDefaults()
 	// In observe mode every TCP port leads to the door, which lets through
 	// what the floor allows and records what enforce would refuse.
 	observe := w.Policy.Mode == policy.Observe
@@ -120,14 +111,9 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	if w.Landlock && !observe && !w.NoNetwork {
 		w.Env = append(w.Env[:len(w.Env):len(w.Env)], netwall.LandlockConnectEnv(ports))
 	}
-	stdin, stdout, stderr := w.Stdin, w.Stdout, w.Stderr
-	var tty *terminal
-	ownTTY := w.OwnTerminal && isTerminal(stdin)
-	if !ownTTY {
-		var err error
-		if stdin, stdout, stderr, tty, err = runTerminal(w.Stdin, w.Stdout, w.Stderr); err != nil {
-			return 0, err
-		}
+	stdin, stdout, stderr, tty, ownTTY, err := w.streams()
+	if err != nil {
+		return 0, err
 	}
 	if tty != nil {
 		defer tty.close()
@@ -195,14 +181,20 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	// denied whatever else the policy says.
 	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger,
 		Authority: ca, UpstreamRoots: w.UpstreamRoots, Upstream: w.Upstream, Seal: len(w.Policy.Guardrails) > 0}
-	var (
-		code            int
-		runErr, doorErr error
-	)
+	var e walledExit
+	if w.OnPid != nil {
+		onStart := w.OnStart
+		w.OnStart = func() {
+			w.OnPid(wall.Pid())
+			if onStart != nil {
+				onStart()
+			}
+		}
+	}
 	if w.NoNetwork {
-		code, runErr = superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
+		e.code, e.err = superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 	} else {
-		code, runErr, doorErr = withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
+		e = withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
 			return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
 		})
 	}
@@ -215,14 +207,44 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 			w.OnWrites(lines)
 		}
 	}
-	if runErr != nil {
-		return code, runErr
+	if e.err != nil {
+		return e.code, e.err
 	}
-	if doorErr != nil {
-		w.Logger.Warn("run teardown", "run", w.Run, "err", doorErr)
-		fmt.Fprintf(w.Warn, "postern: run %s: %v\n", w.Run, doorErr)
+	e.tellTeardown(w.Logger, w.Warn, w.Run)
+	return e.code, nil
+}
+
+// fillDefaults fills what w leaves unset: no logs, no warnings, no events
+// kept, the default kill grace, a policy that allows nothing.
+func (w *Walled) fillDefaults() {
+	if w.Logger == nil {
+		w.Logger = slog.New(slog.DiscardHandler)
 	}
-	return code, nil
+	if w.Warn == nil {
+		w.Warn = io.Discard
+	}
+	if w.Emit == nil {
+		w.Emit = func(event.Event) {}
+	}
+	if w.KillGrace <= 0 {
+		w.KillGrace = killGrace
+	}
+	if w.Policy == nil {
+		w.Policy = policy.Nothing()
+	}
+}
+
+// streams are the run's streams (see runTerminal), unless w's streams are
+// the run's own terminal already (ownTTY).
+func (w *Walled) streams() (stdin, stdout, stderr *os.File, tty *terminal, ownTTY bool, err error) {
+	stdin, stdout, stderr = w.Stdin, w.Stdout, w.Stderr
+	ownTTY = w.OwnTerminal && isTerminal(stdin)
+	if !ownTTY {
+		if stdin, stdout, stderr, tty, err = runTerminal(w.Stdin, w.Stdout, w.Stderr); err != nil {
+			return nil, nil, nil, nil, false, err
+		}
+	}
+	return stdin, stdout, stderr, tty, ownTTY, nil
 }
 
 // policyFiles adds the policy's writable, deny_read and allow_read to f.
@@ -279,32 +301,50 @@ func tellWrites(w io.Writer, run string, lines []string) {
 	}
 }
 
+// walledExit is how a walled command ended: its exit status, or why it
+// could not run (err), and apart from that what went wrong stopping its
+// door, which is the person's to know and not the run's result.
+type walledExit struct {
+	code     int
+	err      error
+	teardown error
+}
+
+// tellTeardown logs a teardown problem and tells the person.
+func (e walledExit) tellTeardown(logger *slog.Logger, warn io.Writer, run string) {
+	if e.teardown == nil {
+		return
+	}
+	logger.Warn("run teardown", "run", run, "err", e.teardown)
+	fmt.Fprintf(warn, "postern: run %s: %v\n", run, e.teardown)
+}
+
 // withDoor serves a door on a wall's listeners while body runs the walled
 // command, then stops the door, giving open connections a bounded drain. The
-// door floors the run's own addresses. It returns body's results and what went
-// wrong with the door.
-func withDoor(ctx context.Context, ls door.Listeners, cfg door.Config, body func() (int, error)) (int, error, error) {
+// door floors the run's own addresses.
+func withDoor(ctx context.Context, ls door.Listeners, cfg door.Config, body func() (int, error)) walledExit {
 	cfg.Policy = cfg.Policy.WithSelf(netwall.RunAddrs()...)
 	d, err := door.New(cfg)
 	if err != nil {
-		return 0, fmt.Errorf("start the door: %w", err), nil
+		return walledExit{err: fmt.Errorf("start the door: %w", err)}
 	}
 	// The door outlives a cancelled ctx long enough to drain; it is stopped below.
 	doorCtx, stopDoor := context.WithCancel(context.WithoutCancel(ctx))
 	doorDone := make(chan error, 1)
 	go func() { doorDone <- d.Run(doorCtx, ls) }()
 
-	code, runErr := body()
+	var e walledExit
+	e.code, e.err = body()
 
 	stopDoor()
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), teardownTimeout)
 	defer cancel()
 	select {
-	case err = <-doorDone:
+	case e.teardown = <-doorDone:
 	case <-tctx.Done():
-		err = fmt.Errorf("the door did not stop within %s", teardownTimeout)
+		e.teardown = fmt.Errorf("the door did not stop within %s", teardownTimeout)
 	}
-	return code, runErr, err
+	return e
 }
 
 // runTerminal decides the run's streams. Every stream that is one of the person's
@@ -347,19 +387,10 @@ func runTerminal(stdin, stdout, stderr *os.File) (in, out, errOut *os.File, tty 
 	return in, out, errOut, tty, nil
 }
 
-// walledCommand is a command behind a wall: a *netwall.Wall, or a
-// *container.Wall (see container.go).
-type walledCommand interface {
-	Start() error
-	Signal(syscall.Signal) error
-	Wait() (int, error)
-	Close() error
-}
-
 // superviseWall starts the walled command and waits for it, forwarding signals. When
 // ctx is done the run gets SIGTERM, then SIGKILL after grace.
-func superviseWall(ctx context.Context, wall walledCommand, tty *terminal, signals <-chan os.Signal, grace time.Duration, onStart func()) (int, error) {
-	if err := wall.Start(); err != nil {
+func superviseWall(ctx context.Context, wall carry.Wall, tty *terminal, signals <-chan os.Signal, grace time.Duration, onStart func()) (int, error) {
+	if err := wall.Start(ctx); err != nil {
 		return 0, fmt.Errorf("start the run inside the wall: %w", err)
 	}
 	if tty != nil {

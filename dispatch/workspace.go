@@ -13,6 +13,7 @@ import (
 	"github.com/postern-dev/postern/dispatch/workspace"
 	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
 	agent "github.com/postern-dev/postern/remote-agent"
@@ -383,7 +384,7 @@ func ServeAgentWorkspace(ctx context.Context, req agent.WorkspaceRequest, upload
 // agentStepper does workspace steps on a machine whose agent was just
 // dialled over sc: each step on an agent process of its own, which has
 // ended when the step returns.
-func agentStepper(sc *machine.SSHClient, in agent.Install, name string) stepper {
+func agentStepper(sc *sshclient.Client, in agent.Install, name string) stepper {
 	return func(ctx context.Context, req agent.WorkspaceRequest, upload io.Reader, download io.Writer) (*agent.WorkspaceResult, error) {
 		t := newSSHTransport(sc)
 		defer t.Close()
@@ -406,7 +407,7 @@ func agentStepper(sc *machine.SSHClient, in agent.Install, name string) stepper 
 }
 
 // agentInstall is the agent a machine runs, as connectAgent finds it.
-func agentInstall(m machine.Machine, goos, goarch string) (agent.Install, error) {
+func agentInstall(m machine.Machine, goos, goarch string, r Remote) (agent.Install, error) {
 	bin, err := agent.Locate(goos, goarch)
 	if err != nil {
 		return agent.Install{}, err
@@ -415,7 +416,11 @@ func agentInstall(m machine.Machine, goos, goarch string) (agent.Install, error)
 	if err != nil {
 		return agent.Install{}, err
 	}
-	return agent.Install{Binary: bin, Hash: hash, Dir: m.AgentDir, Version: Version}, nil
+	version := r.Version
+	if version == "" {
+		version = "dev"
+	}
+	return agent.Install{Binary: bin, Hash: hash, Dir: m.AgentDir, Version: version}, nil
 }
 
 // startWorkspace plans the run's workspace and, for a local copy, makes it:
@@ -461,8 +466,8 @@ func endLocalWorkspace(ctx context.Context, store *records.Store, run *records.R
 // their own, which have ended before the run's command is sent; runs the
 // command in the copy; and, once it has ended, brings the result home on
 // another.
-func runRemoteWorkspace(ctx context.Context, store *records.Store, run *records.Run, spec Spec, rec *probe.Record, m machine.Machine, src []byte, c *agent.Client, p agent.Process, sc *machine.SSHClient, goos, goarch string) (int, error) {
-	in, err := agentInstall(m, goos, goarch)
+func runRemoteWorkspace(ctx context.Context, store *records.Store, run *records.Run, spec Spec, rec *probe.Record, m machine.Machine, src []byte, c *agent.Client, p agent.Process, sc *sshclient.Client, goos, goarch string) (int, error) {
+	in, err := agentInstall(m, goos, goarch, spec.Remote)
 	if err != nil {
 		return 0, err
 	}

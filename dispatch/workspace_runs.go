@@ -84,7 +84,7 @@ func FetchResult(ctx context.Context, store *records.Store, id string, r Remote,
 	defer sc.Close()
 	awaitAgent(p)
 	p.Close()
-	in, err := agentInstall(m, goos, goarch)
+	in, err := agentInstall(m, goos, goarch, r)
 	if err != nil {
 		return run, err
 	}

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -83,9 +84,9 @@ func (s *httpSession) authenticate(req *http.Request) bool {
 	if errors.As(err, &ae) {
 		claimed = ae.Client
 	}
-	kind, target, port := "http", req.URL.Host, uint16(80)
+	kind, target, port := event.HTTP, req.URL.Host, uint16(80)
 	if req.Method == http.MethodConnect {
-		kind, target, port = "connect", req.RequestURI, 443
+		kind, target, port = event.Connect, req.RequestURI, 443
 	}
 	h, p, herr := policy.SplitTarget(target, port)
 	if herr != nil {

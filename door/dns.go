@@ -12,6 +12,7 @@ import (
 
 	"github.com/miekg/dns"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -187,10 +188,10 @@ func (d *Door) dnsReply(r *dns.Msg, client net.Addr) *dns.Msg {
 				m.Answer = append(m.Answer, &dns.AAAA{Hdr: hdr, AAAA: a.AsSlice()})
 			}
 		}
-		d.emitLookup(q.Qtype, d.decisionEvent(d.connID.Add(1), "dns", client, j))
+		d.emitLookup(q.Qtype, d.decisionEvent(d.connID.Add(1), event.DNS, client, j))
 	} else if dec.Verdict != policy.Allow {
 		// Any lookup of a denied name is recorded: it is itself a way out.
-		d.emitLookup(q.Qtype, d.decisionEvent(d.connID.Add(1), "dns", client, Judgement{Host: h, Decision: dec}))
+		d.emitLookup(q.Qtype, d.decisionEvent(d.connID.Add(1), event.DNS, client, Judgement{Host: h, Decision: dec}))
 	}
 	if dec.Verdict != policy.Allow {
 		m.Rcode = dns.RcodeNameError

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -221,6 +222,13 @@ func (d *Door) Run(ctx context.Context, ls Listeners) error {
 			d.serveWallLog(ls.WallLog)
 		}()
 	}
+	if ls.Refused != nil {
+		serveWG.Add(1)
+		go func() {
+			defer serveWG.Done()
+			d.serveRefused(ls.Refused, stop)
+		}()
+	}
 
 	select {
 	case <-ctx.Done():
@@ -380,14 +388,14 @@ func (d *Door) emit(ev Event) {
 }
 
 // decisionEvent is the event for a judgement.
-func (d *Door) decisionEvent(id uint64, kind string, client net.Addr, j Judgement) Event {
+func (d *Door) decisionEvent(id uint64, kind event.Kind, client net.Addr, j Judgement) Event {
 	ev := Event{
-		Event:     "decision",
+		Event:     event.Decided,
 		Conn:      id,
 		Kind:      kind,
 		Host:      hostString(j.Host),
 		Port:      j.Port,
-		Decision:  j.Decision.Verdict.String(),
+		Decision:  decisionOf(j.Decision.Verdict),
 		Reason:    j.Decision.Reason,
 		Rule:      j.Decision.Rule,
 		WouldDeny: j.Decision.WouldDeny,

@@ -23,6 +23,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -219,7 +220,7 @@ type httpSession struct {
 type pin struct {
 	j    Judgement
 	id   uint64
-	kind string
+	kind event.Kind
 	// pre is the upstream connection already made for the connection, given
 	// to the Transport's first dial of its address.
 	pre *forwardCtx
@@ -289,7 +290,7 @@ func (s *httpSession) refuse(err error) {
 	d := s.d
 	id := d.connID.Add(1)
 	reason := fmt.Sprintf("unreadable request: %v", err)
-	kind := "http"
+	kind := event.HTTP
 	j := Judgement{Decision: policy.Decision{Verdict: policy.Deny, Reason: reason}, as: s.as}
 	if s.pin != nil {
 		id, kind = s.pin.id, s.pin.kind
@@ -339,7 +340,7 @@ func (s *httpSession) one(req *http.Request, facts headFacts) bool {
 	what := req.Method + " " + req.URL.String()
 	if err != nil {
 		j := Judgement{Host: policy.Host{Name: req.URL.Host}, as: s.as, Decision: policy.Decision{Verdict: policy.Deny, Reason: fmt.Sprintf("bad request host %q: %v", req.URL.Host, err)}}
-		d.emit(d.decisionEvent(id, "http", remote, j))
+		d.emit(d.decisionEvent(id, event.HTTP, remote, j))
 		s.denied(j.Decision.Reason, d.headDenyText(what, j, j.Decision.Reason), true)
 		return false
 	}
@@ -348,7 +349,7 @@ func (s *httpSession) one(req *http.Request, facts headFacts) bool {
 		if herr != nil || !sameHost(hhost, host) {
 			j := Judgement{Host: host, Port: port, as: s.as, Decision: policy.Decision{Verdict: policy.Deny,
 				Reason: fmt.Sprintf("http host %s does not match request target %s", facts.host, hostString(host))}}
-			d.emit(d.decisionEvent(id, "http", remote, j))
+			d.emit(d.decisionEvent(id, event.HTTP, remote, j))
 			s.denied(j.Decision.Reason, d.headDenyText(what, j, j.Decision.Reason), true)
 			return false
 		}
@@ -358,7 +359,7 @@ func (s *httpSession) one(req *http.Request, facts headFacts) bool {
 	}
 	j := d.decideFor(s.ctx, s.as, host, port)
 	if !j.Allowed() {
-		d.emit(d.decisionEvent(id, "http", remote, j))
+		d.emit(d.decisionEvent(id, event.HTTP, remote, j))
 		s.denied(j.Decision.Reason, d.denyText(what, j), closeAfter)
 		return !closeAfter
 	}
@@ -372,7 +373,7 @@ func (s *httpSession) one(req *http.Request, facts headFacts) bool {
 		}
 		emitted = true
 		j.Addr = addr
-		d.emit(d.decisionEvent(id, "http", remote, j))
+		d.emit(d.decisionEvent(id, event.HTTP, remote, j))
 	}
 	// What goes upstream names the host the URI named, as it was judged.
 	res := s.forward(req, facts, j, req.URL.Host, nil, emitDecision)
@@ -380,7 +381,7 @@ func (s *httpSession) one(req *http.Request, facts headFacts) bool {
 	s.upgradedUp += res.upgradedUp
 	s.upgradedDown += res.upgradedDown
 	up1, down1 := s.counts()
-	d.emitEnd(id, "http", j, up1-up0, down1-down0, start, res.reason)
+	d.emitEnd(id, event.HTTP, j, up1-up0, down1-down0, start, res.reason)
 	return res.keep
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -165,7 +166,7 @@ func (d *Door) inspectsName(h policy.Host) bool {
 // inspectTLS is pipe's onTLS for a connection admitted as j, whose upstream
 // up is connected to addr: it claims a ClientHello for an inspected host.
 // It returns nil when the policy inspects no host.
-func (d *Door) inspectTLS(ctx context.Context, c, up net.Conn, addr netip.Addr, j Judgement, id uint64, kind string) func(firstBytes) func([]byte) (int64, int64) {
+func (d *Door) inspectTLS(ctx context.Context, c, up net.Conn, addr netip.Addr, j Judgement, id uint64, kind event.Kind) func(firstBytes) func([]byte) (int64, int64) {
 	if d.insp == nil {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -55,7 +56,7 @@ func requestFix(pol *policy.Policy, r *policy.InspectRule, method, norm string, 
 // request is answered and recorded, and refusedByInspect reports true. An
 // admitted one goes on with its target rewritten to the path that was
 // judged.
-func (s *httpSession) refusedByInspect(req *http.Request, j Judgement, authority string, id uint64, kind string, closeAfter bool) bool {
+func (s *httpSession) refusedByInspect(req *http.Request, j Judgement, authority string, id uint64, kind event.Kind, closeAfter bool) bool {
 	d := s.d
 	name, rule := d.inspection(j, authority)
 	if rule == nil {
@@ -76,7 +77,7 @@ func (s *httpSession) refusedByInspect(req *http.Request, j Judgement, authority
 	}
 	ev := func(dec policy.Decision) Event {
 		ev := Event{Event: "decision", Conn: id, Kind: "request", Host: name, Port: j.Port,
-			Decision: dec.Verdict.String(), Reason: dec.Reason, Rule: dec.Rule, WouldDeny: dec.WouldDeny,
+			Decision: decisionOf(dec.Verdict), Reason: dec.Reason, Rule: dec.Rule, WouldDeny: dec.WouldDeny,
 			Method: req.Method, Path: path, Client: s.c.RemoteAddr().String()}
 		return ev
 	}

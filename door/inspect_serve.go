@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -78,7 +79,7 @@ func (c *inspectClientConn) Write(p []byte) (int, error) {
 // is the upstream connection already made to addr, used by the first
 // request that needs one. It returns the bytes moved each way on the
 // client's side.
-func (d *Door) serveInspected(ctx context.Context, c, up net.Conn, addr netip.Addr, j Judgement, id uint64, kind, name string, rule *policy.InspectRule, head []byte) (int64, int64) {
+func (d *Door) serveInspected(ctx context.Context, c, up net.Conn, addr netip.Addr, j Judgement, id uint64, kind event.Kind, name string, rule *policy.InspectRule, head []byte) (int64, int64) {
 	d.forget(up) // the Transport's from now on, or closed by release
 	pre := &forwardCtx{j: j, pre: up, preAddr: addr}
 	defer pre.release()
@@ -374,11 +375,11 @@ func (ic *inspectedConn) checkAuthority(r *http.Request) string {
 func (ic *inspectedConn) requestEvent(method, path string, dec policy.Decision) Event {
 	ev := Event{
 		Event: "decision", Conn: ic.id, Kind: "request", Host: ic.name, Port: ic.j.Port,
-		Decision: dec.Verdict.String(), Reason: dec.Reason, Rule: dec.Rule, WouldDeny: dec.WouldDeny,
+		Decision: decisionOf(dec.Verdict), Reason: dec.Reason, Rule: dec.Rule, WouldDeny: dec.WouldDeny,
 		Method: method, Path: path,
 	}
 	if dec.Verdict == 0 {
-		ev.Decision = policy.Deny.String()
+		ev.Decision = event.Deny
 	}
 	if ic.client != nil {
 		ev.Client = ic.client.String()

@@ -20,6 +20,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -196,7 +197,7 @@ func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request,
 	if err != nil {
 		j := Judgement{Host: policy.Host{Name: req.RequestURI}, Port: 0, as: as,
 			Decision: policy.Decision{Verdict: policy.Deny, Reason: fmt.Sprintf("bad connect target %q: %v", req.RequestURI, err)}}
-		d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+		d.emit(d.decisionEvent(id, event.Connect, c.RemoteAddr(), j))
 		writeDenied(c, j.Decision.Reason, fmt.Sprintf("postern door denied CONNECT %s\nreason: %s\nwrite the target as host:port, e.g. CONNECT example.com:443\n", req.RequestURI, j.Decision.Reason), true)
 		return
 	}
@@ -207,16 +208,16 @@ func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request,
 	j := d.decideFor(ctx, as, host, port)
 	what := "CONNECT " + targetString(host, port)
 	if !j.Allowed() {
-		d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+		d.emit(d.decisionEvent(id, event.Connect, c.RemoteAddr(), j))
 		writeDenied(c, j.Decision.Reason, d.denyText(what, j), true)
 		return
 	}
 	up, addr, err := d.dialJudged(ctx, j)
 	j.Addr = addr
 	if err != nil {
-		d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+		d.emit(d.decisionEvent(id, event.Connect, c.RemoteAddr(), j))
 		writeStatus(c, 502, "Bad Gateway", fmt.Sprintf("postern door admitted %s but could not connect: %v\n", what, err), true)
-		d.emitEnd(id, "connect", j, 0, 0, start, "dial failed: "+err.Error())
+		d.emitEnd(id, event.Connect, j, 0, 0, start, "dial failed: "+err.Error())
 		return
 	}
 	d.track(up)
@@ -224,9 +225,9 @@ func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request,
 	// The client waits for the 200; the decision is recorded right after it
 	// goes out, before any of the client's bytes are read.
 	_, werr := c.Write(connectEstablished)
-	d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+	d.emit(d.decisionEvent(id, event.Connect, c.RemoteAddr(), j))
 	if werr != nil {
-		d.emitEnd(id, "connect", j, 0, 0, start, "client went away")
+		d.emitEnd(id, event.Connect, j, 0, 0, start, "client went away")
 		return
 	}
 	upN, downN, denied := d.pipe(c, up, pre, func(fb firstBytes, herr error) bool {
@@ -238,12 +239,12 @@ func (d *Door) handleConnect(ctx context.Context, c net.Conn, req *http.Request,
 	if denied {
 		reason = "refused on first bytes"
 	}
-	d.emitEnd(id, "connect", j, upN, downN, start, reason)
+	d.emitEnd(id, event.Connect, j, upN, downN, start, reason)
 }
 
 // judgeHead checks a connection's first bytes and records a refusal. It
 // reports whether the connection must be refused (never in observe mode).
-func (d *Door) judgeHead(id uint64, kind string, c net.Conn, j Judgement, fb firstBytes, herr error, rules headRules) bool {
+func (d *Door) judgeHead(id uint64, kind event.Kind, c net.Conn, j Judgement, fb firstBytes, herr error, rules headRules) bool {
 	reason := d.checkHead(j, fb, herr, rules)
 	if reason == "" {
 		return false
@@ -258,14 +259,14 @@ func (d *Door) judgeHead(id uint64, kind string, c net.Conn, j Judgement, fb fir
 	return hj.Decision.Verdict == policy.Deny
 }
 
-func (d *Door) emitEnd(id uint64, kind string, j Judgement, up, down int64, start time.Time, reason string) {
+func (d *Door) emitEnd(id uint64, kind event.Kind, j Judgement, up, down int64, start time.Time, reason string) {
 	ev := Event{
-		Event:      "end",
+		Event:      event.Ended,
 		Conn:       id,
 		Kind:       kind,
 		Host:       hostString(j.Host),
 		Port:       j.Port,
-		Decision:   j.Decision.Verdict.String(),
+		Decision:   decisionOf(j.Decision.Verdict),
 		Reason:     reason,
 		BytesUp:    up,
 		BytesDown:  down,
@@ -285,7 +286,7 @@ func (d *Door) emitEnd(id uint64, kind string, j Judgement, up, down int64, star
 // tunnel, or a redirected connection), whose upstream up is connected to
 // addr: request by request, each held to j's host. head is what the client
 // has sent so far. It returns the bytes moved each way.
-func (d *Door) servePinnedHTTP(ctx context.Context, c, up net.Conn, addr netip.Addr, j Judgement, id uint64, kind string, head []byte) (int64, int64) {
+func (d *Door) servePinnedHTTP(ctx context.Context, c, up net.Conn, addr netip.Addr, j Judgement, id uint64, kind event.Kind, head []byte) (int64, int64) {
 	d.forget(up) // the Transport's from now on, or closed by release
 	cr := newClientReader(ctx, c)
 	br := readerPool.Get().(*bufio.Reader)

@@ -206,7 +206,7 @@ func TestHTTPKeepAliveTwoHosts(t *testing.T) {
 	var kinds []string
 	for _, ev := range h.ev.all() {
 		if ev.Event == "decision" {
-			kinds = append(kinds, ev.Kind+":"+ev.Host+":"+ev.Decision)
+			kinds = append(kinds, string(ev.Kind)+":"+ev.Host+":"+string(ev.Decision))
 		}
 	}
 	want := "http:a.test:allow,http:b.test:allow,http:a.test:allow,http:other.test:deny,http:b.test:allow"

@@ -3,6 +3,8 @@ package door
 import (
 	"sync"
 	"time"
+
+	"github.com/postern-dev/postern/door/event"
 )
 
 // repeatQuiet is how long the same decision is recorded only once: a client
@@ -16,11 +18,12 @@ const repeatKeysMax = 4096
 
 // repeatKey is what makes two decisions the same for recording.
 type repeatKey struct {
-	kind, host string
-	what       string // the DNS query type, or the wall's protocol
-	port       uint16
-	decision   string
-	wouldDeny  bool
+	kind      event.Kind
+	host      string
+	what      string // the DNS query type, or the wall's protocol
+	port      uint16
+	decision  event.Decision
+	wouldDeny bool
 }
 
 type repeatEntry struct {

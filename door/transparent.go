@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -22,7 +23,7 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 	dst, err := d.origDst(c)
 	if err != nil {
 		j := Judgement{Decision: policy.Decision{Verdict: policy.Deny, Reason: fmt.Sprintf("cannot read original destination: %v", err)}}
-		d.emit(d.decisionEvent(id, "transparent", c.RemoteAddr(), j))
+		d.emit(d.decisionEvent(id, event.Transparent, c.RemoteAddr(), j))
 		return
 	}
 	dst = netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
@@ -35,7 +36,7 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 		if !ok {
 			j := Judgement{Host: host, Port: port, Addr: dst.Addr(), Decision: policy.Decision{Verdict: policy.Deny, Floor: true,
 				Reason: fmt.Sprintf("address %s is in the door's fake range but was never handed out by its dns", dst.Addr())}}
-			d.emit(d.decisionEvent(id, "transparent", c.RemoteAddr(), j))
+			d.emit(d.decisionEvent(id, event.Transparent, c.RemoteAddr(), j))
 			return
 		}
 		host = policy.Host{Name: name}
@@ -59,7 +60,7 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 	j := d.Decide(ctx, host, port)
 	what := "connection to " + targetString(host, port)
 	if !j.Allowed() {
-		d.emit(d.decisionEvent(id, "transparent", c.RemoteAddr(), j))
+		d.emit(d.decisionEvent(id, event.Transparent, c.RemoteAddr(), j))
 		if port == 80 {
 			// Plain HTTP gets a refusal it can read; anything else a close.
 			if _, fb, herr := readHead(c, nil, time.Now().Add(peekTimeout)); fb.kind == headHTTP && herr == nil {
@@ -81,12 +82,12 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 	}
 	up, addr, err := d.dialJudged(ctx, j)
 	j.Addr = addr
-	d.emit(d.decisionEvent(id, "transparent", c.RemoteAddr(), j))
+	d.emit(d.decisionEvent(id, event.Transparent, c.RemoteAddr(), j))
 	if err != nil {
 		if peeked && fb.kind == headHTTP {
 			writeStatus(c, 502, "Bad Gateway", fmt.Sprintf("postern door admitted %s but could not connect: %v\n", what, err), true)
 		}
-		d.emitEnd(id, "transparent", j, 0, 0, start, "dial failed: "+err.Error())
+		d.emitEnd(id, event.Transparent, j, 0, 0, start, "dial failed: "+err.Error())
 		return
 	}
 	d.track(up)
@@ -97,7 +98,7 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 	if peeked && fb.kind == headTLS && herr == nil {
 		if name, rule := d.inspection(j, fb.name); rule != nil {
 			upN, downN = d.serveInspected(ctx, c, up, addr, j, id, "transparent", name, rule, head)
-			d.emitEnd(id, "transparent", j, upN, downN, start, "closed")
+			d.emitEnd(id, event.Transparent, j, upN, downN, start, "closed")
 			return
 		}
 	}
@@ -105,12 +106,12 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 		// Plain HTTP: every request on the connection is held to the admitted
 		// host, not just the first.
 		upN, downN = d.servePinnedHTTP(ctx, c, up, addr, j, id, "transparent", head)
-		d.emitEnd(id, "transparent", j, upN, downN, start, "closed")
+		d.emitEnd(id, event.Transparent, j, upN, downN, start, "closed")
 		return
 	}
 	if peeked {
 		if _, err := up.Write(head); err != nil {
-			d.emitEnd(id, "transparent", j, 0, 0, start, "upstream write failed")
+			d.emitEnd(id, event.Transparent, j, 0, 0, start, "upstream write failed")
 			return
 		}
 		upN = int64(len(head))
@@ -130,5 +131,5 @@ func (d *Door) serveTransparent(ctx context.Context, c net.Conn) {
 	if denied {
 		reason = "refused on first bytes"
 	}
-	d.emitEnd(id, "transparent", j, upN, downN, start, reason)
+	d.emitEnd(id, event.Transparent, j, upN, downN, start, reason)
 }

@@ -8,55 +8,14 @@ import (
 	"os"
 	"time"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
-// Event is one judged connection attempt, or the end of an admitted one. It never
-// carries payload. Field names are the door's canonical log line and are stable.
-type Event struct {
-	Time time.Time `json:"time"`
-	// Event is "decision" when the door judged an attempt, "end" when an admitted
-	// connection closed (then BytesUp, BytesDown and DurationMS are set).
-	Event string `json:"event"`
-	Run   string `json:"run,omitempty"`
-	Conn  uint64 `json:"conn"` // ties a decision to its end
-	// Kind is how the attempt reached the door: "connect" (explicit CONNECT),
-	// "http" (explicit absolute-URI request), "transparent" (redirected by the
-	// wall), "dns" (a lookup inside the wall), "wall" (refused by the wall
-	// itself: a port or protocol that does not lead to the door), "request"
-	// (one request on a connection to a host the policy inspects).
-	Kind      string `json:"kind"`
-	Host      string `json:"host"`
-	Port      uint16 `json:"port,omitempty"`
-	Addr      string `json:"addr,omitempty"` // the address dialled, if any
-	Decision  string `json:"decision"`       // "allow" or "deny"
-	Mode      string `json:"mode"`           // "enforce" or "observe"
-	Reason    string `json:"reason"`
-	Rule      string `json:"rule,omitempty"`
-	WouldDeny bool   `json:"would_deny,omitempty"` // observe mode: enforce would deny
-	// Client is the gateway client the connection belongs to (the name its
-	// proxy credentials gave); Peer is the address it came from.
-	Client     string `json:"client,omitempty"`
-	Peer       string `json:"peer,omitempty"`
-	BytesUp    int64  `json:"bytes_up,omitempty"`
-	BytesDown  int64  `json:"bytes_down,omitempty"`
-	DurationMS int64  `json:"duration_ms,omitempty"`
-	// Method and Path are the request a "request" decision judged: a
-	// request inside a connection to a host the policy inspects. Path is
-	// the normalised path the door forwards, without its query; bodies and
-	// headers are never recorded.
-	Method string `json:"method,omitempty"`
-	Path   string `json:"path,omitempty"`
-	// Repeats counts the decisions like this one (same kind, host, query
-	// type or port, and decision) that the door made in the quiet second
-	// before it and did not record one by one: the event stands for
-	// Repeats+1 decisions. Lookups inside the wall and the wall's own
-	// refusals are recorded at most once a second each.
-	Repeats int `json:"repeats,omitempty"`
-	// JudgeNS is how long the judgement took, in nanoseconds (the name and
-	// every address it resolved to); set for a gateway client's decisions.
-	JudgeNS int64 `json:"judge_ns,omitempty"`
-}
+// Event is one judged connection attempt, or the end of an admitted one
+// (package event). The door emits them; the alias keeps door.Event reading
+// as the door's own output where it is handled.
+type Event = event.Event
 
 // Config is what a Door needs. Policy is required.
 type Config struct {
@@ -118,4 +77,33 @@ type Listeners struct {
 	// decision, so that a refusal the door never saw is recorded and
 	// explained too. The door closes it when it stops.
 	WallLog *os.File
+	// Refused, when set, carries the TCP connects Landlock refuses before
+	// the wall sees a packet (a destination whose port Landlock does not
+	// allow): each becomes a "wall" decision too. Its sender closes it.
+	Refused <-chan netip.AddrPort
+}
+
+// decisionOf is the event's decision for a policy verdict.
+func decisionOf(v policy.Verdict) event.Decision {
+	return event.Decision(v.String())
+}
+
+// Close closes every listener that is set. A wall that opened them closes
+// them with it.
+func (l Listeners) Close() {
+	if l.Transparent != nil {
+		l.Transparent.Close()
+	}
+	if l.DNSUDP != nil {
+		l.DNSUDP.Close()
+	}
+	if l.DNSTCP != nil {
+		l.DNSTCP.Close()
+	}
+	if l.Proxy != nil {
+		l.Proxy.Close()
+	}
+	if l.WallLog != nil {
+		l.WallLog.Close()
+	}
 }

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -177,14 +178,14 @@ func writeUpstreamRefusal(c io.Writer, resp *http.Response) error {
 // client gets the upstream's own answer.
 func (d *Door) connectUpstream(ctx context.Context, c net.Conn, id uint64, start time.Time, h policy.Host, port uint16, pre []byte) {
 	if j, deny := d.floorDenies(h, port); deny {
-		d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+		d.emit(d.decisionEvent(id, event.Connect, c.RemoteAddr(), j))
 		writeDenied(c, j.Decision.Reason, d.denyText("CONNECT "+targetString(h, port), j), true)
 		return
 	}
 	up, br, resp, err := d.upstreamTunnel(ctx, targetString(h, port))
 	if up == nil {
 		j := d.refusedBy(h, port, resp, err)
-		d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+		d.emit(d.decisionEvent(id, event.Connect, c.RemoteAddr(), j))
 		if resp != nil {
 			writeUpstreamRefusal(c, resp)
 		} else {
@@ -196,13 +197,13 @@ func (d *Door) connectUpstream(ctx context.Context, c net.Conn, id uint64, start
 	defer d.untrack(up)
 	j := d.sentOn(h, port)
 	_, werr := c.Write(connectEstablished)
-	d.emit(d.decisionEvent(id, "connect", c.RemoteAddr(), j))
+	d.emit(d.decisionEvent(id, event.Connect, c.RemoteAddr(), j))
 	if werr != nil {
-		d.emitEnd(id, "connect", j, 0, 0, start, "client went away")
+		d.emitEnd(id, event.Connect, j, 0, 0, start, "client went away")
 		return
 	}
 	upN, downN := d.spliceUpstream(c, up, br, pre)
-	d.emitEnd(id, "connect", j, upN, downN, start, "closed")
+	d.emitEnd(id, event.Connect, j, upN, downN, start, "closed")
 }
 
 // spliceUpstream relays a client and its upstream tunnel both ways: first
@@ -235,13 +236,13 @@ func (d *Door) spliceUpstream(c, up net.Conn, br *bufio.Reader, pre []byte) (upN
 // upstream's own answer; any other client sees the connection close.
 func (d *Door) serveTransparentUpstream(ctx context.Context, c net.Conn, id uint64, start time.Time, h policy.Host, port uint16) {
 	if j, deny := d.floorDenies(h, port); deny {
-		d.emit(d.decisionEvent(id, "transparent", c.RemoteAddr(), j))
+		d.emit(d.decisionEvent(id, event.Transparent, c.RemoteAddr(), j))
 		return
 	}
 	up, br, resp, err := d.upstreamTunnel(ctx, targetString(h, port))
 	if up == nil {
 		j := d.refusedBy(h, port, resp, err)
-		d.emit(d.decisionEvent(id, "transparent", c.RemoteAddr(), j))
+		d.emit(d.decisionEvent(id, event.Transparent, c.RemoteAddr(), j))
 		if port == 80 && resp != nil {
 			if _, fb, herr := readHead(c, nil, time.Now().Add(peekTimeout)); fb.kind == headHTTP && herr == nil {
 				writeUpstreamRefusal(c, resp)
@@ -252,9 +253,9 @@ func (d *Door) serveTransparentUpstream(ctx context.Context, c net.Conn, id uint
 	d.track(up)
 	defer d.untrack(up)
 	j := d.sentOn(h, port)
-	d.emit(d.decisionEvent(id, "transparent", c.RemoteAddr(), j))
+	d.emit(d.decisionEvent(id, event.Transparent, c.RemoteAddr(), j))
 	upN, downN := d.spliceUpstream(c, up, br, nil)
-	d.emitEnd(id, "transparent", j, upN, downN, start, "closed")
+	d.emitEnd(id, event.Transparent, j, upN, downN, start, "closed")
 }
 
 // upstreamTransport sends absolute-URI requests on to the upstream proxy as
@@ -285,7 +286,7 @@ func (s *httpSession) oneUpstream(req *http.Request, facts headFacts, h policy.H
 	remote := s.c.RemoteAddr()
 	what := req.Method + " " + req.URL.String()
 	if j, deny := d.floorDenies(h, port); deny {
-		d.emit(d.decisionEvent(id, "http", remote, j))
+		d.emit(d.decisionEvent(id, event.HTTP, remote, j))
 		s.denied(j.Decision.Reason, d.denyText(what, j), true)
 		return false
 	}
@@ -311,7 +312,7 @@ func (s *httpSession) oneUpstream(req *http.Request, facts headFacts, h policy.H
 	resp, err := s.tr.RoundTrip(out)
 	if err != nil {
 		j := d.refusedBy(h, port, nil, err)
-		d.emit(d.decisionEvent(id, "http", remote, j))
+		d.emit(d.decisionEvent(id, event.HTTP, remote, j))
 		s.status(502, "Bad Gateway", fmt.Sprintf("postern door could not send %s on to its upstream proxy: %v\n", what, err), true)
 		return false
 	}
@@ -319,13 +320,13 @@ func (s *httpSession) oneUpstream(req *http.Request, facts headFacts, h policy.H
 	if resp.StatusCode == http.StatusProxyAuthRequired || resp.Header.Get("X-Postern-Decision") != "" {
 		j = d.refusedBy(h, port, resp, nil)
 	}
-	d.emit(d.decisionEvent(id, "http", remote, j))
+	d.emit(d.decisionEvent(id, event.HTTP, remote, j))
 	keep, reason := s.writeResponse(req, resp, facts)
 	resp.Body.Close()
 	if cb, ok := out.Body.(*clientBody); ok && !cb.abandon(s.c) {
 		keep = false
 	}
 	up1, down1 := s.counts()
-	d.emitEnd(id, "http", j, up1-up0, down1-down0, start, reason)
+	d.emitEnd(id, event.HTTP, j, up1-up0, down1-down0, start, reason)
 	return keep
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/postern-dev/postern/door/event"
 )
 
 // A wall refuses what does not lead to the door (TCP to a port outside the
@@ -164,8 +166,34 @@ func (d *Door) serveWallLog(f *os.File) {
 	}
 }
 
+// serveRefused records the connects Landlock refused until refused is
+// closed or the door stops.
+func (d *Door) serveRefused(refused <-chan netip.AddrPort, stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case dst, ok := <-refused:
+			if !ok {
+				return
+			}
+			r := refusal{proto: "tcp", dst: dst.Addr(), port: dst.Port()}
+			ev := d.refusalEvent(r, true)
+			ev.Conn = d.connID.Add(1)
+			key := repeatKey{kind: ev.Kind, host: ev.Host, what: r.proto, port: r.port, decision: ev.Decision}
+			for _, e := range d.repeats.admit(key, ev, time.Now()) {
+				d.emit(e)
+			}
+		}
+	}
+}
+
 // wallEvent is the decision recorded for a refusal of the wall's.
-func (d *Door) wallEvent(r refusal) Event {
+func (d *Door) wallEvent(r refusal) Event { return d.refusalEvent(r, false) }
+
+// refusalEvent is the decision recorded for a refusal of the wall's, or, with
+// landlock, of a connect Landlock refused before the wall saw a packet.
+func (d *Door) refusalEvent(r refusal, landlock bool) Event {
 	host := r.dst.String()
 	if isFake(r.dst) {
 		if name, ok := d.fakes.name(r.dst); ok {
@@ -180,19 +208,23 @@ func (d *Door) wallEvent(r refusal) Event {
 		for i, p := range pol.Ports {
 			ports[i] = strconv.Itoa(int(p))
 		}
-		reason = fmt.Sprintf("port %d is not in the policy's ports [%s]; the wall refused the connection (to allow it, add %d to ports and the host to allow)",
-			r.port, strings.Join(ports, ", "), r.port)
+		by := "the wall refused the connection"
+		if landlock {
+			by = "Landlock refused the connect (EACCES) before the wall saw a packet"
+		}
+		reason = fmt.Sprintf("port %d is not in the policy's ports [%s]; %s (to allow it, add %d to ports and the host to allow)",
+			r.port, strings.Join(ports, ", "), by, r.port)
 	case "udp":
 		reason = fmt.Sprintf("udp to port %d; only DNS (port 53) leaves the wall as udp, and the door answers it; the wall refused the datagram", r.port)
 	default:
 		reason = fmt.Sprintf("%s; the wall lets out only tcp to the policy's ports and DNS; it dropped the packet", r.proto)
 	}
 	return Event{
-		Event:    "decision",
-		Kind:     "wall",
+		Event:    event.Decided,
+		Kind:     event.Wall,
 		Host:     host,
 		Port:     r.port,
-		Decision: "deny",
+		Decision: event.Deny,
 		Reason:   reason,
 	}
 }

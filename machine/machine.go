@@ -12,12 +12,15 @@ import (
 const Local = "local"
 
 // Lane names where a run would go.
+type Lane string
+
+// The lanes.
 const (
-	LaneLocalLinux     = "local-linux"
-	LaneLocalMacOS     = "local-macos"
-	LaneRemoteLinux    = "remote-linux"
-	LaneRemoteMacOS    = "remote-macos"
-	LaneLocalContainer = "local-container"
+	LaneLocalLinux     Lane = "local-linux"
+	LaneLocalMacOS     Lane = "local-macos"
+	LaneRemoteLinux    Lane = "remote-linux"
+	LaneRemoteMacOS    Lane = "remote-macos"
+	LaneLocalContainer Lane = "local-container"
 )
 
 // Machine is a target host and how to reach it. It never holds what the machine can
@@ -58,7 +61,7 @@ func (m Machine) IsLocal() bool { return m.SSH == "" }
 
 // Lane is where a run on m goes. goos is the machine's measured OS ("" if never
 // measured: a remote machine is then taken to be Linux, the common case).
-func (m Machine) Lane(goos string) string {
+func (m Machine) Lane(goos string) Lane {
 	if m.IsLocal() {
 		if goos == "" {
 			goos = runtime.GOOS

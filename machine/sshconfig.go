@@ -297,20 +297,21 @@ func (c *SSHConfig) Lookup(host string) SSHHost {
 	return h
 }
 
-// expandTokens expands the tokens OpenSSH allows in IdentityFile and
+// Expand expands the tokens OpenSSH allows in IdentityFile and
 // UserKnownHostsFile, and a leading "~".
-func expandTokens(s string, h SSHHost, localUser, home string) string {
+func (h SSHHost) Expand(s, localUser, home string) string {
 	r := strings.NewReplacer("%%", "%", "%h", h.HostName, "%n", h.Alias, "%p", strconv.Itoa(h.Port),
 		"%r", h.User, "%u", localUser, "%d", home)
-	return expandTildeIn(r.Replace(s), home)
+	return ExpandHome(r.Replace(s), home)
 }
 
 func expandTilde(p string) string {
 	home, _ := os.UserHomeDir()
-	return expandTildeIn(p, home)
+	return ExpandHome(p, home)
 }
 
-func expandTildeIn(p, home string) string {
+// ExpandHome replaces a leading "~" of p with home.
+func ExpandHome(p, home string) string {
 	if p == "~" {
 		return home
 	}

@@ -83,7 +83,7 @@ func measureContainer(ctx context.Context) Rung {
 
 	seen := make(chan result, 1)
 	go serveOnce(w.Listeners().Transparent, seen)
-	if err := w.Start(); err != nil {
+	if err := w.Start(ctx); err != nil {
 		w.Close()
 		<-output
 		return no(fmt.Sprintf("%s: start the connecting child in the container: %v", eng, err), "")

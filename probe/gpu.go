@@ -16,12 +16,6 @@ import (
 	"github.com/postern-dev/postern/internal/termtext"
 )
 
-// RungGPU is the GPUs a machine has: those its NVIDIA driver lists
-// (nvidia-smi -L), or, where nvidia-smi is not installed, the NVIDIA device
-// nodes that open. A task with needs = ["gpu"] goes to a machine that
-// measured yes (or that has a gpu label).
-const RungGPU = "gpu"
-
 // GPU is one GPU as the driver lists it.
 type GPU struct {
 	Index int

@@ -7,6 +7,8 @@ import (
 	"runtime"
 	"strconv"
 	"time"
+
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 // Hidden first arguments under which the postern binary runs the probe's
@@ -56,7 +58,7 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 		Version:    opts.Version,
 		User:       whoami(),
 		MeasuredAt: start.UTC(),
-		Rungs:      map[string]Rung{},
+		Rungs:      map[rung.Name]Rung{},
 	}
 	for _, r := range rungs() {
 		if err := ctx.Err(); err != nil {
@@ -77,8 +79,9 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 	return rec, nil
 }
 
-type rung struct {
-	name    string
+// measurement is one rung and how it is measured.
+type measurement struct {
+	name    rung.Name
 	measure func(ctx context.Context) Rung
 }
 

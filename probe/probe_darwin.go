@@ -21,11 +21,11 @@ import (
 )
 
 // On macOS the Linux rungs answer no, and the seatbelt rung performs the act.
-func rungs() []rung {
+func rungs() []measurement {
 	notLinux := func(ctx context.Context) Rung {
 		return no(fmt.Sprintf("%s is not Linux", runtime.GOOS), "")
 	}
-	return []rung{
+	return []measurement{
 		{RungUserns, notLinux},
 		{RungNetns, notLinux},
 		{RungNetnsRedirect, notLinux},
@@ -117,7 +117,7 @@ func measureSeatbelt(ctx context.Context) Rung {
 	port := w.Port()
 	go answerProbe(w.Listeners().Proxy)
 	// The child is told the door's address by its environment, as a run is.
-	err = w.Start()
+	err = w.Start(ctx)
 	pw.Close()
 	if err != nil {
 		<-copied

@@ -37,8 +37,8 @@ const (
 	probeOK    = "ok"
 )
 
-func rungs() []rung {
-	return []rung{
+func rungs() []measurement {
+	return []measurement{
 		{RungUserns, measureUserns},
 		{RungNetns, measureNetns},
 		{RungNetnsRedirect, func(ctx context.Context) Rung { return measureRedirect(ctx, redirectTarget4) }},
@@ -206,7 +206,7 @@ func measureRedirect(ctx context.Context, target netip.AddrPort) Rung {
 
 	seen := make(chan result, 1)
 	go serveOnce(w.Listeners().Transparent, seen)
-	if err := w.Start(); err != nil {
+	if err := w.Start(ctx); err != nil {
 		w.Close()
 		<-output
 		return no(fmt.Sprintf("start the connecting child inside the wall: %v", err), "")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/internal/testhosts"
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 const asUserEnv = testhosts.AsUserEnv
@@ -40,6 +41,7 @@ func TestMain(m *testing.M) {
 
 func requireRoot(t *testing.T) {
 	t.Helper()
+	testhosts.Kernel(t)
 	if os.Geteuid() == 0 || os.Getenv(asUserEnv) == "1" {
 		return
 	}
@@ -64,7 +66,7 @@ func TestRunMeasuresThisMachine(t *testing.T) {
 	if rec.Name != "local" || rec.Version != "test" || rec.OS != "linux" || rec.Kernel == "" || rec.User == "" || rec.MeasuredAt.IsZero() {
 		t.Errorf("host facts incomplete: %+v", rec)
 	}
-	for _, name := range []string{RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungLandlock, RungOverlay} {
+	for _, name := range []rung.Name{RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungLandlock, RungOverlay} {
 		if !rec.Has(name) {
 			t.Errorf("rung %s = %+v, want yes on this machine", name, rec.Rungs[name])
 		}
@@ -72,7 +74,7 @@ func TestRunMeasuresThisMachine(t *testing.T) {
 	if d := rec.Rungs[RungLandlock].Detail; !strings.HasPrefix(d, "abi ") || d == "abi 0" {
 		t.Errorf("landlock detail %q, want \"abi N\"", d)
 	}
-	for name, want := range map[string]string{RungNetnsRedirect: "192.0.2.1:443", RungIPv6: "[2001:db8::1]:443"} {
+	for name, want := range map[rung.Name]string{RungNetnsRedirect: "192.0.2.1:443", RungIPv6: "[2001:db8::1]:443"} {
 		if !strings.Contains(rec.Rungs[name].Detail, want+" inside the wall reached the door") {
 			t.Errorf("rung %s detail %q, want the round trip to %s", name, rec.Rungs[name].Detail, want)
 		}
@@ -89,7 +91,7 @@ func TestRunWhereUsernsIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []string{RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungOverlay} {
+		for _, name := range []rung.Name{RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungOverlay} {
 			g := rec.Rungs[name]
 			t.Logf("%-15s %-3s %s; fix: %s", name, g.Result, g.Detail, g.Remedy)
 			if g.Result != No || !strings.Contains(g.Remedy, "user.max_user_namespaces") {

@@ -11,11 +11,11 @@ import (
 )
 
 // The Linux rungs answer no elsewhere: there is nothing to measure.
-func rungs() []rung {
+func rungs() []measurement {
 	notLinux := func(ctx context.Context) Rung {
 		return no(fmt.Sprintf("%s is not Linux", runtime.GOOS), "")
 	}
-	return []rung{
+	return []measurement{
 		{RungUserns, notLinux},
 		{RungNetns, notLinux},
 		{RungNetnsRedirect, notLinux},

@@ -4,9 +4,8 @@ import (
 	"bytes"
 	"fmt"
 
+	"github.com/postern-dev/postern/machine"
 	bolt "go.etcd.io/bbolt"
-
-	agent "github.com/postern-dev/postern/remote-agent"
 )
 
 // Installed agents are kept per machine and agent hash: what the controller
@@ -17,24 +16,24 @@ import (
 func agentKey(machine, hash string) []byte { return []byte(machine + "\x00" + hash) }
 
 // PutAgent records what was measured of an agent's file on a machine.
-func (s *Store) PutAgent(machine string, st agent.FileState) error {
-	return s.update(func(tx *bolt.Tx) error { return s.putJSON(tx, bucketAgents, string(agentKey(machine, st.Hash)), st) })
+func (s *Store) PutAgent(name string, st machine.AgentFile) error {
+	return s.update(func(tx *bolt.Tx) error { return s.putJSON(tx, bucketAgents, string(agentKey(name, st.Hash)), st) })
 }
 
 // Agent returns what was recorded of the agent with hash on a machine, or
 // ErrNotFound.
-func (s *Store) Agent(machine, hash string) (*agent.FileState, error) {
-	var st agent.FileState
+func (s *Store) Agent(name, hash string) (*machine.AgentFile, error) {
+	var st machine.AgentFile
 	err := s.view(func(tx *bolt.Tx) error {
 		b, err := s.bucket(tx, bucketAgents)
 		if err != nil {
 			return err
 		}
-		raw := b.Get(agentKey(machine, hash))
+		raw := b.Get(agentKey(name, hash))
 		if raw == nil {
-			return fmt.Errorf("agent %.12s on machine %q: %w", hash, machine, ErrNotFound)
+			return fmt.Errorf("agent %.12s on machine %q: %w", hash, name, ErrNotFound)
 		}
-		return s.decode(bucketAgents, machine+"/"+hash, raw, &st)
+		return s.decode(bucketAgents, name+"/"+hash, raw, &st)
 	})
 	if err != nil {
 		return nil, err
@@ -43,18 +42,18 @@ func (s *Store) Agent(machine, hash string) (*agent.FileState, error) {
 }
 
 // Agents returns what is recorded of every agent installed on a machine.
-func (s *Store) Agents(machine string) ([]agent.FileState, error) {
-	var out []agent.FileState
+func (s *Store) Agents(name string) ([]machine.AgentFile, error) {
+	var out []machine.AgentFile
 	err := s.view(func(tx *bolt.Tx) error {
 		b, err := s.bucket(tx, bucketAgents)
 		if err != nil {
 			return err
 		}
-		prefix := []byte(machine + "\x00")
+		prefix := []byte(name + "\x00")
 		c := b.Cursor()
 		for k, v := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, v = c.Next() {
-			var st agent.FileState
-			if err := s.decode(bucketAgents, machine+"/"+string(k[len(prefix):]), v, &st); err != nil {
+			var st machine.AgentFile
+			if err := s.decode(bucketAgents, name+"/"+string(k[len(prefix):]), v, &st); err != nil {
 				return err
 			}
 			out = append(out, st)
@@ -82,4 +81,16 @@ func (s *Store) deleteAgents(tx *bolt.Tx, machine string) error {
 		}
 	}
 	return nil
+}
+
+// RemoveAgent forgets what was recorded of one agent on a machine (its file
+// was removed there). Forgetting one never recorded is no error.
+func (s *Store) RemoveAgent(machine, hash string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		b, err := s.bucket(tx, bucketAgents)
+		if err != nil {
+			return err
+		}
+		return b.Delete(agentKey(machine, hash))
+	})
 }

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/internal/testhosts"
 )
 
@@ -192,7 +192,7 @@ func TestEventLogCloseIsBounded(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait(); killHolders(s.Path()) })
 	waitHeld(t, s.Path())
 	for range 10 {
-		l.Emit(door.Event{Event: "decision", Decision: "deny"})
+		l.Emit(event.Event{Event: "decision", Decision: "deny"})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()

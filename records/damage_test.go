@@ -15,9 +15,9 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/machine"
-	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 // populated returns the bytes of a store holding a machine, its record, runs
@@ -31,7 +31,7 @@ func populated(t testing.TB, n int) []byte {
 	if err := s.PutMachine(machine.Machine{Name: "gpu1", SSH: "me@gpu1"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.PutRecord(&probe.Record{Name: "gpu1", MeasuredAt: time.Unix(1, 0).UTC(), Rungs: map[string]probe.Rung{"netns": {Result: probe.Yes}}}); err != nil {
+	if err := s.PutRecord(&rung.Record{Name: "gpu1", MeasuredAt: time.Unix(1, 0).UTC(), Rungs: map[rung.Name]rung.Rung{"netns": {Result: rung.Yes}}}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
@@ -39,9 +39,9 @@ func populated(t testing.TB, n int) []byte {
 			t.Fatal(err)
 		}
 	}
-	evs := make([]door.Event, n)
+	evs := make([]event.Event, n)
 	for i := range evs {
-		evs[i] = door.Event{Event: "decision", Kind: "dns", Decision: "deny", Host: fmt.Sprintf("n%d.denied.test", i), Reason: strings.Repeat("r", 80)}
+		evs[i] = event.Event{Event: "decision", Kind: "dns", Decision: "deny", Host: fmt.Sprintf("n%d.denied.test", i), Reason: strings.Repeat("r", 80)}
 	}
 	if err := s.AppendEvents("20260101-000000-aaaaaa", evs); err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestDamagedShapes(t *testing.T) {
 		}
 		// A store that loses a bucket is damaged: a write is refused, not a
 		// panic, and it is not made afresh at the next Open.
-		err := s.AppendEvents("r1", []door.Event{{Event: "decision"}})
+		err := s.AppendEvents("r1", []event.Event{{Event: "decision"}})
 		checkDamaged(t, err, s.Path(), "without its events bucket")
 		_, err = Open(s.Path())
 		checkDamaged(t, err, s.Path(), "without its events bucket")
@@ -263,11 +263,11 @@ func TestDamagedShapes(t *testing.T) {
 		// not be made afresh underneath the writer, nor panic.
 		s := openTemp(t)
 		l := s.NewEventLog("r1", EventLogOptions{})
-		l.Emit(door.Event{Event: "decision", Decision: "allow"})
+		l.Emit(event.Event{Event: "decision", Decision: "allow"})
 		if err := os.Truncate(s.Path(), 0); err != nil {
 			t.Fatal(err)
 		}
-		l.Emit(door.Event{Event: "decision", Decision: "deny"})
+		l.Emit(event.Event{Event: "decision", Decision: "deny"})
 		err := l.Close(context.Background())
 		checkDamaged(t, err, s.Path(), "an empty file")
 		if st, _ := os.Stat(s.Path()); st.Size() != 0 {

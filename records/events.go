@@ -10,11 +10,11 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 )
 
 // AppendEvents stores events of one run in one durable transaction.
-func (s *Store) AppendEvents(run string, evs []door.Event) error {
+func (s *Store) AppendEvents(run string, evs []event.Event) error {
 	if len(evs) == 0 {
 		return nil
 	}
@@ -46,8 +46,8 @@ func (s *Store) AppendEvents(run string, evs []door.Event) error {
 
 // Events returns the run's events with sequence numbers above after, and the
 // sequence number to pass next time.
-func (s *Store) Events(run string, after uint64) ([]door.Event, uint64, error) {
-	var out []door.Event
+func (s *Store) Events(run string, after uint64) ([]event.Event, uint64, error) {
+	var out []event.Event
 	next := after
 	err := s.view(func(tx *bolt.Tx) error {
 		events, err := s.bucket(tx, bucketEvents)
@@ -60,7 +60,7 @@ func (s *Store) Events(run string, after uint64) ([]door.Event, uint64, error) {
 		}
 		c := b.Cursor()
 		for k, v := c.Seek(seqKey(after + 1)); k != nil; k, v = c.Next() {
-			var ev door.Event
+			var ev event.Event
 			if err := s.decode(bucketEvents, run, v, &ev); err != nil {
 				return err
 			}
@@ -106,7 +106,7 @@ const maxRepeats = 1 << 30
 // EventLogOptions are how an EventLog stores and reports.
 type EventLogOptions struct {
 	// Tee, if set, sees every event that is kept for storing (for live display).
-	Tee func(door.Event)
+	Tee func(event.Event)
 	// Warn is told, once and at once, when events stop being stored.
 	Warn io.Writer
 	// Rate and Burst bound how many events are stored (a token bucket); zero
@@ -145,7 +145,7 @@ type EventLog struct {
 
 	mu      sync.Mutex
 	closed  bool
-	pending []door.Event
+	pending []event.Event
 	tally   Tally
 	tokens  float64
 	last    time.Time
@@ -170,13 +170,13 @@ func (s *Store) NewEventLog(run string, opts EventLogOptions) *EventLog {
 // Emit hands an event to the log. It never blocks on the disk and may be
 // called from any goroutine, also after Close (the event is then counted as
 // lost).
-func (l *EventLog) Emit(ev door.Event) {
+func (l *EventLog) Emit(ev event.Event) {
 	ev.Repeats = min(max(ev.Repeats, 0), maxRepeats)
 	l.mu.Lock()
-	if ev.Event == "decision" {
+	if ev.Event == event.Decided {
 		n := 1 + ev.Repeats
 		switch {
-		case ev.Decision == "deny":
+		case ev.Decision == event.Deny:
 			l.tally.Denied += n
 		case ev.WouldDeny:
 			l.tally.WouldDeny += n
@@ -260,7 +260,7 @@ func (l *EventLog) loop() {
 }
 
 // write stores one batch, or counts it lost and says so the first time.
-func (l *EventLog) write(batch []door.Event) {
+func (l *EventLog) write(batch []event.Event) {
 	if len(batch) == 0 {
 		return
 	}

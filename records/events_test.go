@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 )
 
 // syncBuffer is a bytes.Buffer safe for the log's writer goroutine.
@@ -49,7 +49,7 @@ func TestEventLogEmitWhileClosing(t *testing.T) {
 			wg.Go(func() {
 				<-start
 				for i := range 200 {
-					l.Emit(door.Event{Event: "decision", Decision: "deny", Conn: uint64(g*1000 + i)})
+					l.Emit(event.Event{Event: "decision", Decision: "deny", Conn: uint64(g*1000 + i)})
 					emitted.Add(1)
 				}
 			})
@@ -67,7 +67,7 @@ func TestEventLogEmitWhileClosing(t *testing.T) {
 				t.Fatalf("round %d: Close: %v", round, err)
 			}
 		}
-		l.Emit(door.Event{Event: "decision", Decision: "deny"}) // after Close: counted, never a panic
+		l.Emit(event.Event{Event: "decision", Decision: "deny"}) // after Close: counted, never a panic
 		emitted.Add(1)
 		tl := l.Tally()
 		if int64(tl.Denied) != emitted.Load() || int64(tl.Stored+tl.Lost+tl.Dropped) != emitted.Load() {
@@ -91,15 +91,15 @@ func TestEventLogEmitWhileClosing(t *testing.T) {
 func TestEventLogRateBound(t *testing.T) {
 	s := openTemp(t)
 	var shown atomic.Int64
-	l := s.NewEventLog("r1", EventLogOptions{Rate: 100, Burst: 500, Tee: func(door.Event) { shown.Add(1) }})
+	l := s.NewEventLog("r1", EventLogOptions{Rate: 100, Burst: 500, Tee: func(event.Event) { shown.Add(1) }})
 	const n = 20000
 	start := time.Now()
 	for range n {
-		l.Emit(door.Event{Event: "decision", Decision: "deny", Kind: "dns", Host: "x.test"})
+		l.Emit(event.Event{Event: "decision", Decision: "deny", Kind: "dns", Host: "x.test"})
 	}
 	took := time.Since(start)
 	// Repeats count as decisions too.
-	l.Emit(door.Event{Event: "decision", Decision: "deny", Kind: "dns", Host: "y.test", Repeats: 41})
+	l.Emit(event.Event{Event: "decision", Decision: "deny", Kind: "dns", Host: "y.test", Repeats: 41})
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -114,11 +114,11 @@ func TestEventLogRateBound(t *testing.T) {
 	// The budget refills.
 	l2 := s.NewEventLog("r2", EventLogOptions{Rate: 1000, Burst: 10})
 	for range 10 {
-		l2.Emit(door.Event{Event: "decision"})
+		l2.Emit(event.Event{Event: "decision"})
 	}
 	time.Sleep(50 * time.Millisecond)
 	for range 10 {
-		l2.Emit(door.Event{Event: "decision"})
+		l2.Emit(event.Event{Event: "decision"})
 	}
 	_ = l2.Close(context.Background())
 	if tl := l2.Tally(); tl.Stored < 20-1 {
@@ -132,7 +132,7 @@ func TestEventLogStoreFailsSaysSoOnce(t *testing.T) {
 	s := openTemp(t)
 	var warn syncBuffer
 	l := s.NewEventLog("r1", EventLogOptions{Warn: &warn})
-	l.Emit(door.Event{Event: "decision", Decision: "allow"})
+	l.Emit(event.Event{Event: "decision", Decision: "allow"})
 	waitStored(t, l, 1)
 	// The records file replaced by a directory while the run goes on.
 	if err := os.Remove(s.Path()); err != nil {
@@ -142,7 +142,7 @@ func TestEventLogStoreFailsSaysSoOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 300 {
-		l.Emit(door.Event{Event: "decision", Decision: "deny"})
+		l.Emit(event.Event{Event: "decision", Decision: "deny"})
 		if i%100 == 0 {
 			time.Sleep(3 * eventBatchWindow)
 		}
@@ -172,5 +172,63 @@ func waitStored(t *testing.T, l *EventLog, n int) {
 			t.Fatalf("stored %+v, want %d", l.Tally(), n)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A shutdown that outlasts its bound: the disk stalls (the store's lock is
+// held, as a slow fsync would hold it), Close gives up when its context ends,
+// and an event the door sends after that is dropped and counted, never a
+// panic; the writer, owned by the log, still ends once the disk answers, and
+// every event is stored or counted exactly once.
+func TestEventLogLateEventAfterSlowClose(t *testing.T) {
+	s := openTemp(t)
+	l := s.NewEventLog("r1", EventLogOptions{})
+	s.mu.Lock() // the disk stalls
+	stalled := true
+	defer func() {
+		if stalled {
+			s.mu.Unlock()
+		}
+	}()
+	const early = 10
+	for i := range early {
+		l.Emit(event.Event{Event: event.Decided, Decision: event.Allow, Host: "early.test", Conn: uint64(i)})
+	}
+	// Let the writer take its batch and block on the stalled disk.
+	time.Sleep(5 * eventBatchWindow)
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := l.Close(ctx); err == nil || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close on a stalled disk = %v, want it to give up at its deadline", err)
+	}
+	l.Emit(event.Event{Event: event.Decided, Decision: event.Deny, Host: "late.test", Conn: 99})
+	tl := l.Tally()
+	if tl.Denied != 1 || tl.Allowed != early || tl.Lost < 1 {
+		t.Fatalf("after the late event: tally %+v, want it counted (denied 1) and lost", tl)
+	}
+	select {
+	case <-l.done:
+		t.Fatal("the writer ended while the disk was still stalled")
+	default:
+	}
+	s.mu.Unlock()
+	stalled = false
+	select {
+	case <-l.done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the writer did not end once the disk answered")
+	}
+	tl = l.Tally()
+	if tl.Stored+tl.Lost+tl.Dropped != early+1 {
+		t.Fatalf("tally %+v: %d events emitted, each must be stored or counted once", tl, early+1)
+	}
+	evs, _, err := s.Events("r1", 0)
+	if err != nil || len(evs) != tl.Stored {
+		t.Fatalf("%d events stored, tally says %d (%v)", len(evs), tl.Stored, err)
+	}
+	for _, ev := range evs {
+		if ev.Host == "late.test" {
+			t.Fatalf("the event sent after Close gave up was stored: %+v", ev)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package records
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -9,7 +10,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/postern-dev/postern/machine"
-	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 // Run states.
@@ -37,64 +38,78 @@ const (
 
 // Run is one command line dispatched to one machine under one policy.
 type Run struct {
-	ID               string    `json:"id"`
-	Machine          string    `json:"machine"`
-	Lane             string    `json:"lane"`
-	Carry            string    `json:"carry"`
-	State            string    `json:"state"`
-	ExitCode         *int      `json:"exit_code"`
-	Command          []string  `json:"command"`
-	Dir              string    `json:"dir,omitempty"`
-	Policy           string    `json:"policy"`
-	Mode             string    `json:"mode,omitempty"`
-	EgressOpenReason string    `json:"egress_open_reason"`
-	StartedAt        time.Time `json:"started_at"`
-	EndedAt          time.Time `json:"ended_at,omitzero"`
-	Allowed          int       `json:"allowed"`
-	Denied           int       `json:"denied"`
-	WouldDeny        int       `json:"would_deny,omitempty"`
+	ID               string       `json:"id"`
+	Machine          string       `json:"machine"`
+	Lane             machine.Lane `json:"lane"`
+	Carry            string       `json:"carry"`
+	State            string       `json:"state"`
+	ExitCode         *int         `json:"exit_code"`
+	Command          []string     `json:"command"`
+	Dir              string       `json:"dir"`
+	Policy           string       `json:"policy"`
+	Mode             string       `json:"mode"`
+	EgressOpenReason string       `json:"egress_open_reason"`
+	StartedAt        time.Time    `json:"started_at"`
+	EndedAt          time.Time    `json:"ended_at"` // null while it runs (see MarshalJSON)
+	Allowed          int          `json:"allowed"`
+	Denied           int          `json:"denied"`
+	WouldDeny        int          `json:"would_deny"`
 	// Why is why the run ended the way it did: the refusal, a failure, a signal.
-	Why      string `json:"why,omitempty"`
-	Landlock string `json:"landlock,omitempty"`
+	Why      string `json:"why"`
+	Landlock string `json:"landlock"`
 	// Dispatch and Task name the dispatch and the task of the tasks file a
 	// run is an attempt of; "" for a run of its own (postern run).
-	Dispatch string `json:"dispatch,omitempty"`
-	Task     string `json:"task,omitempty"`
+	Dispatch string `json:"dispatch"`
+	Task     string `json:"task"`
 	// Guarded names the files programs outside the wall obey that the run
 	// made, replaced or changed where the wall could not hold them
 	// read-only, each as a sentence ("PATH appeared during the run"): what
 	// runs recorded before the wall's writes went by allow-list say.
-	Guarded []string `json:"guarded,omitempty"`
+	Guarded []string `json:"guarded"`
 	// Writes says what became of the run's writes that did not reach the
 	// host as written, each as a sentence: a git hook discarded, the files
 	// written in the home outside its writable places, where they were kept.
-	Writes []string `json:"writes,omitempty"`
+	Writes []string `json:"writes"`
 	// Pid and Host identify the controller process, so a run whose controller died
 	// is seen as lost.
-	Pid      int    `json:"pid,omitempty"`
-	PidStart uint64 `json:"pid_start,omitempty"`
+	Pid      int    `json:"pid"`
+	PidStart uint64 `json:"pid_start"`
 	// EventsDropped counts events that were counted in Allowed and Denied but
 	// not stored, because the run made more than its event rate allows.
-	EventsDropped int `json:"events_dropped,omitempty"`
+	EventsDropped int `json:"events_dropped"`
 	// EventsLost counts events that could not be stored (the records file
 	// full or failing); EventsError is the first failure.
-	EventsLost  int    `json:"events_lost,omitempty"`
-	EventsError string `json:"events_error,omitempty"`
+	EventsLost  int    `json:"events_lost"`
+	EventsError string `json:"events_error"`
 	// Network is "none" for a run with no network at all (no door, no DNS,
 	// only lo), "open" for one run with --egress-open, "" for one behind its
 	// door.
-	Network string `json:"network,omitempty"`
+	Network string `json:"network"`
 	// Seal says, for a policy with guardrails, whether their seal held.
-	Seal *Seal `json:"seal,omitempty"`
+	Seal *Seal `json:"seal"`
+	// PolicySHA256 is the sha256 of the policy file's bytes as the run was
+	// given them (hex; "" for a run without one), and PolicyText those
+	// bytes, up to MaxPolicyText (PolicyTextCut says it was cut there): the
+	// record says what judged the run even after the file changes.
+	PolicySHA256  string `json:"policy_sha256"`
+	PolicyText    string `json:"policy_text"`
+	PolicyTextCut bool   `json:"policy_text_cut"`
+	// RunPid is the pid of the run's wall (its process tree's root) on the
+	// machine it ran on, 0 if none was started or it is not known; Pid is
+	// the controller's, here.
+	RunPid int `json:"run_pid"`
 	// Workspace is the copy of the caller's work the run worked in.
 	Workspace *Workspace `json:"workspace,omitempty"`
 	// EnvNames are the names of the variables passed to the run with --env
 	// and the machine's env list; their values are never recorded.
-	EnvNames []string `json:"env_names,omitempty"`
+	EnvNames []string `json:"env_names"`
 	// End says how the run ended (End* constants); "" while it runs, and in
 	// runs recorded before it was kept.
-	End string `json:"end,omitempty"`
+	End string `json:"end"`
 }
+
+// MaxPolicyText bounds the policy text a run record keeps.
+const MaxPolicyText = 64 << 10
 
 // Seal is whether a run's policy's guardrail seal held: the lane can seal
 // (a Linux network wall) and every guardrail answered a TCP connect at its
@@ -104,7 +119,32 @@ type Run struct {
 type Seal struct {
 	Held      bool   `json:"held"`
 	Guardrail string `json:"guardrail"` // the guardrails' names, comma-separated
-	Why       string `json:"why,omitempty"`
+	Why       string `json:"why"`
+}
+
+// MarshalJSON writes every key of a run, always: one shape, whatever the
+// run's state, with ended_at null while it runs.
+func (r Run) MarshalJSON() ([]byte, error) {
+	type plain Run
+	var ended *time.Time
+	if !r.EndedAt.IsZero() {
+		t := r.EndedAt
+		ended = &t
+	}
+	p := plain(r)
+	if p.Command == nil {
+		p.Command = []string{}
+	}
+	if p.Guarded == nil {
+		p.Guarded = []string{}
+	}
+	if p.Writes == nil {
+		p.Writes = []string{}
+	}
+	return json.Marshal(struct {
+		plain
+		EndedAt *time.Time `json:"ended_at"`
+	}{p, ended})
 }
 
 // Ended reports whether the run has reached a final state.
@@ -184,14 +224,14 @@ func (s *Store) RemoveMachine(name string) error {
 }
 
 // PutRecord stores what probing measured. It is the only way a record is written.
-func (s *Store) PutRecord(rec *probe.Record) error {
+func (s *Store) PutRecord(rec *rung.Record) error {
 	return s.update(func(tx *bolt.Tx) error { return s.putJSON(tx, bucketProbes, rec.Name, rec) })
 }
 
 // Record returns the last measured record of a machine, or ErrNotFound if it was
 // never measured.
-func (s *Store) Record(name string) (*probe.Record, error) {
-	var rec probe.Record
+func (s *Store) Record(name string) (*rung.Record, error) {
+	var rec rung.Record
 	if err := s.view(func(tx *bolt.Tx) error { return s.getJSON(tx, bucketProbes, name, &rec) }); err != nil {
 		return nil, err
 	}

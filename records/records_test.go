@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/machine"
-	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 func openTemp(t *testing.T) *Store {
@@ -55,7 +55,7 @@ func TestMachinesAndRecords(t *testing.T) {
 	if err := s.PutMachine(machine.Machine{Name: "gpu1", SSH: "me@gpu1"}); err != nil {
 		t.Fatal(err)
 	}
-	rec := &probe.Record{Name: "gpu1", MeasuredAt: time.Now().UTC(), Rungs: map[string]probe.Rung{"netns": {Result: probe.Yes, Detail: "made"}}}
+	rec := &rung.Record{Name: "gpu1", MeasuredAt: time.Now().UTC(), Rungs: map[rung.Name]rung.Rung{"netns": {Result: rung.Yes, Detail: "made"}}}
 	if err := s.PutRecord(rec); err != nil {
 		t.Fatal(err)
 	}
@@ -108,13 +108,13 @@ func TestEventLogBatchesAndCounts(t *testing.T) {
 	l := s.NewEventLog("r1", EventLogOptions{})
 	const n = 1500
 	for i := range n {
-		d := "allow"
+		d := event.Allow
 		if i%3 == 0 {
-			d = "deny"
+			d = event.Deny
 		}
-		l.Emit(door.Event{Event: "decision", Decision: d, Host: fmt.Sprintf("h%d.test", i), Conn: uint64(i)})
+		l.Emit(event.Event{Event: "decision", Decision: d, Host: fmt.Sprintf("h%d.test", i), Conn: uint64(i)})
 	}
-	l.Emit(door.Event{Event: "end", Conn: 1, BytesUp: 5})
+	l.Emit(event.Event{Event: "end", Conn: 1, BytesUp: 5})
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -176,7 +176,7 @@ func TestReaderInAnotherProcessDoesNotStallWriter(t *testing.T) {
 		worst = max(worst, time.Since(start))
 		_ = db.Close()
 		release()
-		if err := s.AppendEvents("r1", []door.Event{{Event: "decision", Decision: "allow", Conn: uint64(i)}}); err != nil {
+		if err := s.AppendEvents("r1", []event.Event{{Event: "decision", Decision: "allow", Conn: uint64(i)}}); err != nil {
 			t.Fatal(err)
 		}
 		writes++

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/probe"
 )
 
@@ -82,7 +82,7 @@ type ClientIO struct {
 	Signals        <-chan os.Signal
 	// Winsize, if set, is asked for the terminal size on start and on SIGWINCH.
 	Winsize func() (rows, cols uint16, ok bool)
-	OnEvent func(door.Event)
+	OnEvent func(event.Event)
 	OnStart func(Started)
 }
 
@@ -133,7 +133,7 @@ func (c *Client) Run(ctx context.Context, req RunRequest, cio ClientIO) (Exit, e
 				_, _ = cio.Stderr.Write(f.Payload)
 			}
 		case FrameEvent:
-			var ev door.Event
+			var ev event.Event
 			if err := DecodeJSON(f, FrameEvent, &ev); err != nil {
 				return err
 			}

@@ -83,6 +83,9 @@ type Install struct {
 	// Warn, if set, is told when the file at the agent's path was not the
 	// agent (it is installed again): the path and what differed.
 	Warn func(what string)
+	// Removed, if set, is told of each old version installing removed
+	// (see Keep).
+	Removed func(Installed)
 }
 
 func (in Install) record(st FileState) {
@@ -282,6 +285,23 @@ func prepare(ctx context.Context, t Transport, in Install) (agentDir, error) {
 // over sftp. old is what was at the path before, if known: something that is
 // not a file (a directory the agent would be moved into) is removed first.
 func installIn(ctx context.Context, t Transport, in Install, dir agentDir, old *FileState) (FileState, error) {
+	st, err := installFile(ctx, t, in, dir, old)
+	if err != nil {
+		// prepare made the version's directory: one left empty is removed
+		// (rmdir leaves one that holds anything).
+		_, _ = t.Output(context.WithoutCancel(ctx), "rmdir "+shellQuote(dir.abs)+" 2>/dev/null; true")
+		return FileState{}, err
+	}
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pruneTimeout)
+	defer cancel()
+	prune(pctx, t, in)
+	return st, nil
+}
+
+// pruneTimeout bounds the removal of old versions after an install.
+const pruneTimeout = 30 * time.Second
+
+func installFile(ctx context.Context, t Transport, in Install, dir agentDir, old *FileState) (FileState, error) {
 	abs := dir.abs
 	size, err := fileSize(in.Binary)
 	if err != nil {
@@ -301,7 +321,7 @@ func installIn(ctx context.Context, t Transport, in Install, dir agentDir, old *
 		return FileState{}, fmt.Errorf("upload the agent to %s: %w", tmp, err)
 	}
 	final := abs + "/postern"
-	if old != nil && !old.regular() {
+	if old != nil && !old.Regular() {
 		if _, err := t.Output(ctx, "rm -rf "+shellQuote(final)); err != nil {
 			_, _ = t.Output(context.WithoutCancel(ctx), "rm -f "+shellQuote(tmp))
 			return FileState{}, fmt.Errorf("remove what is at the agent's path %s: %w", final, err)
@@ -316,7 +336,7 @@ func installIn(ctx context.Context, t Transport, in Install, dir agentDir, old *
 		return FileState{}, fmt.Errorf("check the agent installed at %s over sftp: %w", final, err)
 	}
 	st.Dir, st.Path, st.Hash, st.MeasuredAt = in.Dir, final, in.Hash, time.Now().UTC()
-	if st.Size != size || !st.regular() {
+	if st.Size != size || !st.Regular() {
 		return FileState{}, fmt.Errorf("the agent installed at %s is %d bytes (%s), want %d: the remote changed it as it was put in place", final, st.Size, os.FileMode(st.Mode), size)
 	}
 	in.record(st)

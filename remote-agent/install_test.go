@@ -105,13 +105,47 @@ func (f *fakeRemote) Output(ctx context.Context, cmd string) ([]byte, error) {
 		delete(f.files, p[0])
 		delete(f.meta, p[0])
 		return nil, nil
+	case strings.HasPrefix(cmd, "rm -rf -- "):
+		for _, d := range p {
+			for k := range f.files {
+				if k == d || strings.HasPrefix(k, d+"/") {
+					delete(f.files, k)
+					delete(f.meta, k)
+				}
+			}
+			delete(f.dirs, d)
+		}
+		return nil, nil
 	case strings.HasPrefix(cmd, "rm -f "), strings.HasPrefix(cmd, "rm -rf "):
 		delete(f.files, p[0])
 		delete(f.meta, p[0])
 		delete(f.dirs, p[0])
 		return nil, nil
+	case strings.HasPrefix(cmd, "rmdir "):
+		return nil, nil
+	case strings.HasPrefix(cmd, "cd ") && strings.Contains(cmd, "printf 'agent"):
+		return []byte(f.listing(p[0])), nil
 	}
 	return nil, &CommandError{Command: cmd, Code: 127, Stderr: "sh: unknown command"}
+}
+
+// listing answers listCommand for base from the files there.
+func (f *fakeRemote) listing(base string) string {
+	out := base + "\n"
+	seen := map[string]bool{}
+	for k := range f.files {
+		rest, ok := strings.CutPrefix(k, base+"/")
+		if !ok {
+			continue
+		}
+		h, name, _ := strings.Cut(rest, "/")
+		if seen[h] || name != "postern" {
+			continue
+		}
+		seen[h] = true
+		out += fmt.Sprintf("agent 1 %d %d %s\n", f.meta[k].mtime, len(f.files[k])/1024, h)
+	}
+	return out
 }
 
 func (f *fakeRemote) Stat(ctx context.Context, remote string) (FileState, error) {

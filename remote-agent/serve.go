@@ -13,7 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/probe"
 )
 
@@ -38,25 +39,19 @@ const drainQuiet = 250 * time.Millisecond
 type RunIO struct {
 	Stdin, Stdout, Stderr *os.File
 	Signals               <-chan os.Signal
-	Emit                  func(door.Event)
+	Emit                  func(event.Event)
 	// KillGrace is the time between SIGTERM and SIGKILL once ctx is done.
 	KillGrace time.Duration
 	// OnStart is called once the run is inside its wall, with the Landlock
 	// confinement it got and its guardrail seal (nil: no guardrail).
 	OnStart func(landlock string, seal *SealState)
+	// Place, if called before OnStart, says where the run is: its wall's
+	// pid and its directory on this machine; they go home with OnStart.
+	Place func(pid int, dir string)
 	// Writes, called once the run is over, says what became of its writes
 	// that did not reach the machine as written; it goes home with the exit.
 	Writes func(lines []string)
 }
-
-// RefusedError is a run the remote kernel would not wall. The handler returns it
-// so the controller can report a refusal rather than a failure.
-type RefusedError struct {
-	Reason string
-	Fix    string
-}
-
-func (e *RefusedError) Error() string { return e.Reason }
 
 // NotRunError is a command the handler could not start at all (Why is
 // NotFound or NotExecutable): the controller reports it as a shell would,
@@ -379,15 +374,20 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 		go pump(rd, streams.types[i])
 	}
 
-	var writes []string
+	var (
+		writes   []string
+		pid      int
+		startDir string
+	)
 	code, runErr := h.Run(ctx, req, RunIO{
 		Stdin: streams.stdinR, Stdout: streams.stdoutW, Stderr: streams.stderrW,
 		Signals:   s.sigs,
-		Emit:      func(ev door.Event) { _ = s.w.WriteJSON(FrameEvent, ev) },
+		Emit:      func(ev event.Event) { _ = s.w.WriteJSON(FrameEvent, ev) },
 		KillGrace: lostKillGrace,
 		OnStart: func(landlock string, seal *SealState) {
-			_ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock, Seal: seal})
+			_ = s.w.WriteJSON(FrameStarted, Started{Landlock: landlock, Seal: seal, Pid: pid, Dir: startDir})
 		},
+		Place:  func(p int, d string) { pid, startDir = p, d },
 		Writes: func(lines []string) { writes = lines },
 	})
 	// Every process of the run is gone: close the write ends so the copies
@@ -403,11 +403,17 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 	if cause := context.Cause(ctx); cause != nil && ctx.Err() != nil {
 		return fmt.Errorf("run %s ended: %w", req.ID, cause)
 	}
-	var ref *RefusedError
+	// A run the remote kernel would not wall is a *carry.Refusal from the
+	// handler: the controller reports a refusal rather than a failure.
+	var ref *carry.Refusal
 	var nr *NotRunError
 	switch {
 	case errors.As(runErr, &ref):
-		return s.exit(Exit{Code: 1, Error: ref.Reason, Refused: true, Fix: ref.Fix})
+		reason := ref.AtRunTime
+		if reason == "" {
+			reason = ref.Error()
+		}
+		return s.exit(Exit{Code: 1, Error: reason, Refused: true, Fix: ref.Fix})
 	case errors.As(runErr, &nr):
 		return s.exit(Exit{Code: nr.Code(), Error: nr.Detail, NotRun: nr.Why})
 	case runErr != nil:

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 )
 
 // controllerEnd speaks the controller's side by hand.
@@ -100,7 +100,7 @@ func TestServeRunCarriesStreamsEventsAndExit(t *testing.T) {
 		b, _ := io.ReadAll(rio.Stdin)
 		rio.Stdout.Write([]byte("out:" + string(b)))
 		rio.Stderr.Write([]byte("err"))
-		rio.Emit(door.Event{Event: "decision", Host: "a.test", Decision: "deny"})
+		rio.Emit(event.Event{Event: "decision", Host: "a.test", Decision: "deny"})
 		return 3, nil
 	}}
 	go func() { Serve(context.Background(), inR, outW, h); outW.Close() }()
@@ -109,11 +109,11 @@ func TestServeRunCarriesStreamsEventsAndExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb strings.Builder
-	var events []door.Event
+	var events []event.Event
 	var st Started
 	exit, err := c.Run(context.Background(), RunRequest{ID: "r", Command: []string{"x"}}, ClientIO{
 		Stdin: strings.NewReader("hello"), Stdout: &out, Stderr: &errb,
-		OnEvent: func(ev door.Event) { events = append(events, ev) },
+		OnEvent: func(ev event.Event) { events = append(events, ev) },
 		OnStart: func(s Started) { st = s },
 	})
 	inW.Close()

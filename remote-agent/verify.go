@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/postern-dev/postern/machine"
 )
 
 // The controller trusts nothing an installed agent says about itself: a file
@@ -30,44 +32,8 @@ import (
 // the person is told.
 
 // FileState is what the controller measured of an installed agent's file,
-// over sftp.
-type FileState struct {
-	Dir  string `json:"dir"`  // the agent directory as configured ("" is DefaultDir)
-	Path string `json:"path"` // the file's absolute path on the remote
-	Hash string `json:"hash"` // sha256 of its content when measured (hex)
-	Size int64  `json:"size"`
-	// Mode is the file's type and permissions (os.FileMode bits).
-	Mode       uint32    `json:"mode"`
-	UID        uint32    `json:"uid"`
-	GID        uint32    `json:"gid"`
-	Mtime      int64     `json:"mtime"` // Unix seconds: sftp shows no finer
-	MeasuredAt time.Time `json:"measured_at"`
-}
-
-func (s FileState) regular() bool { return os.FileMode(s.Mode).IsRegular() }
-
-// sameFile reports whether every attribute sftp shows is as recorded.
-func (s FileState) sameFile(o FileState) bool {
-	return s.Path == o.Path && s.Size == o.Size && s.Mode == o.Mode && s.UID == o.UID && s.GID == o.GID && s.Mtime == o.Mtime
-}
-
-// differences says how now differs from s, the recorded state.
-func (s FileState) differences(now FileState) string {
-	var d []string
-	if now.Mode != s.Mode {
-		d = append(d, fmt.Sprintf("mode %s, was %s", os.FileMode(now.Mode), os.FileMode(s.Mode)))
-	}
-	if now.Size != s.Size {
-		d = append(d, fmt.Sprintf("size %d, was %d", now.Size, s.Size))
-	}
-	if now.UID != s.UID || now.GID != s.GID {
-		d = append(d, fmt.Sprintf("owner %d:%d, was %d:%d", now.UID, now.GID, s.UID, s.GID))
-	}
-	if now.Mtime != s.Mtime {
-		d = append(d, fmt.Sprintf("modified %s, was %s", time.Unix(now.Mtime, 0).UTC().Format(time.RFC3339), time.Unix(s.Mtime, 0).UTC().Format(time.RFC3339)))
-	}
-	return strings.Join(d, ", ")
-}
+// over sftp (machine.AgentFile, which the records keep).
+type FileState = machine.AgentFile
 
 // RemoteFile is a remote file open for reading.
 type RemoteFile interface {
@@ -89,8 +55,8 @@ func ensure(ctx context.Context, t Transport, in Install) (FileState, error) {
 			return FileState{}, fmt.Errorf("check the agent at %s over sftp: %w", k.Path, err)
 		}
 		now.Path, now.Dir = k.Path, in.Dir
-		if !now.sameFile(*k) {
-			return readBack(ctx, t, in, now, k.differences(now))
+		if !now.SameFile(*k) {
+			return readBack(ctx, t, in, now, k.Differences(now))
 		}
 		diff, err := spotCheck(ctx, t, in.Binary, k.Path, now.Size)
 		if err != nil {
@@ -122,7 +88,7 @@ func ensure(ctx context.Context, t Transport, in Install) (FileState, error) {
 // readBack hashes the remote file: if it is the agent its state is recorded
 // and it is used; if not, the person is told and the agent installed again.
 func readBack(ctx context.Context, t Transport, in Install, now FileState, diff string) (FileState, error) {
-	if now.regular() {
+	if now.Regular() {
 		h, err := remoteHash(ctx, t, now.Path)
 		if err != nil {
 			return FileState{}, fmt.Errorf("read back the agent at %s over sftp: %w", now.Path, err)

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+
+	"github.com/postern-dev/postern/internal/wire"
 )
 
 // Magic opens each side of the stream, before any frame.
@@ -31,7 +33,7 @@ const (
 	FrameStdinEOF  FrameType = 4  // the run's stdin ends
 	FrameStdout    FrameType = 5  // bytes the run wrote to stdout
 	FrameStderr    FrameType = 6  // bytes the run wrote to stderr
-	FrameEvent     FrameType = 7  // JSON door.Event
+	FrameEvent     FrameType = 7  // JSON event.Event
 	FrameSignal    FrameType = 8  // 4 bytes: a signal number for the run
 	FrameWinsize   FrameType = 9  // 4 bytes: rows, cols
 	FrameExit      FrameType = 10 // JSON Exit: the last frame of a request
@@ -99,18 +101,19 @@ func ReadMagic(r io.Reader) error {
 	return nil
 }
 
-// ReadFrame reads one frame. It never allocates more than MaxFrame for a payload.
+// ReadFrame reads one frame (see package wire). It never allocates more
+// than MaxFrame for a payload.
 func ReadFrame(r io.Reader) (Frame, error) {
-	var head [5]byte
+	var head [wire.HeaderLen]byte
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return Frame{}, err
 	}
-	t := FrameType(head[0])
-	n := binary.BigEndian.Uint32(head[1:])
+	b, n, lerr := wire.ParseHeader(head[:], MaxFrame)
+	t := FrameType(b)
 	if _, ok := frameNames[t]; !ok {
-		return Frame{}, fmt.Errorf("%w: unknown type %d", ErrBadFrame, head[0])
+		return Frame{}, fmt.Errorf("%w: unknown type %d", ErrBadFrame, b)
 	}
-	if n > MaxFrame {
+	if lerr != nil {
 		return Frame{}, fmt.Errorf("%w: %s frame of %d bytes is over the limit of %d", ErrBadFrame, t, n, MaxFrame)
 	}
 	if want, ok := fixedSize[t]; ok && int(n) != want {
@@ -128,9 +131,7 @@ func ReadFrame(r io.Reader) (Frame, error) {
 
 // AppendFrame appends the encoding of a frame to b.
 func AppendFrame(b []byte, t FrameType, payload []byte) []byte {
-	b = append(b, byte(t))
-	b = binary.BigEndian.AppendUint32(b, uint32(len(payload)))
-	return append(b, payload...)
+	return wire.Append(b, byte(t), payload)
 }
 
 // Writer writes frames; it is safe for concurrent use.
@@ -288,6 +289,10 @@ type Started struct {
 	// Seal is whether the policy's guardrail seal held, measured beside the
 	// run: held only when every guardrail answered there.
 	Seal *SealState `json:"seal,omitempty"`
+	// Pid is the run's wall's pid on the remote, 0 if unknown; Dir is the
+	// directory the command started in there.
+	Pid int    `json:"pid,omitempty"`
+	Dir string `json:"dir,omitempty"`
 }
 
 // SealState is a guardrail seal as measured beside a run.

@@ -17,8 +17,10 @@
 // command's process group, reports the command's exit status and, the moment the
 // host's end of the socket closes (postern ended or was killed), kills everything
 // in the container and exits, so the engine removes the container (--rm).
-// Containers are labelled postern.run=<id> with the controller's pid, and Sweep
-// removes those whose controller is gone. The host directory holding the
+// Containers are labelled postern.run=<id> with the controller's pid, and Sweep,
+// called on purpose (Raise never calls it: a controller out of this process's
+// sight, in another pid namespace, is not a dead one), removes those whose
+// controller is gone. The host directory holding the
 // control socket and the container's resolv.conf is bound read-only (nothing
 // the run makes there can reach the host) and removed as soon as the harness
 // has connected; Sweep removes one a postern killed before that left.

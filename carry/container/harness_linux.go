@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
-	"strings"
 	"syscall"
 	"time"
 
@@ -95,16 +93,9 @@ func Init(ctx context.Context, args []string, signals <-chan os.Signal, stderr i
 // startCommand starts argv, looked up in the container's PATH, in a new process
 // group. It returns the exit status to use when it cannot.
 func startCommand(argv []string) (int, int, error) {
-	path := argv[0]
-	if !strings.Contains(path, "/") {
-		if os.Getenv("PATH") == "" {
-			os.Setenv("PATH", defaultPath)
-		}
-		p, err := exec.LookPath(path)
-		if err != nil {
-			return 0, exitNotFound, fmt.Errorf("command not found: %q in PATH=%s", path, os.Getenv("PATH"))
-		}
-		path = p
+	path, err := pid1.LookPath(argv[0], defaultPath)
+	if err != nil {
+		return 0, exitNotFound, err
 	}
 	wd, err := os.Getwd()
 	if err != nil {

@@ -8,10 +8,12 @@ import (
 	"io"
 	"net"
 	"sync"
+
+	"github.com/postern-dev/postern/internal/wire"
 )
 
 // The control protocol between the host and the harness: one JSON object per
-// line over the bind-mounted unix socket. The host treats every line from the
+// frame (package wire, type frameMessage) over the bind-mounted unix socket. The host treats every line from the
 // harness as untrusted: the run shares the container with it.
 //
 //	harness -> host  hello {version}
@@ -30,10 +32,13 @@ const (
 
 // protocolVersion is the harness's protocol; host and harness are the same binary,
 // but a stale image or mount could still pair different ones.
-const protocolVersion = 1
+const protocolVersion = 2 // 2: frames of package wire, not JSON lines
 
-// maxLine bounds one message; a longer line is an error, not a larger buffer.
+// maxLine bounds one message; a longer one is an error, not a larger buffer.
 const maxLine = 4096
+
+// frameMessage is the type of a frame carrying one message.
+const frameMessage byte = 'J'
 
 // ErrBadMessage is a control line that is not a valid message.
 var ErrBadMessage = errors.New("container control: bad message")
@@ -47,7 +52,7 @@ type message struct {
 	Error   string `json:"error,omitempty"`
 }
 
-// decode parses and checks one line (without its newline).
+// decode parses and checks one message's JSON.
 func decode(line []byte) (message, error) {
 	var m message
 	if len(line) > maxLine {
@@ -95,7 +100,7 @@ type control struct {
 }
 
 func newControl(c net.Conn) *control {
-	return &control{conn: c, r: bufio.NewReaderSize(c, maxLine+1)}
+	return &control{conn: c, r: bufio.NewReaderSize(c, wire.HeaderLen+maxLine)}
 }
 
 func (c *control) send(m message) error {
@@ -105,22 +110,24 @@ func (c *control) send(m message) error {
 	}
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	_, err = c.conn.Write(append(b, '\n'))
+	_, err = c.conn.Write(wire.Append(nil, frameMessage, b))
 	return err
 }
 
 // recv reads one message. io.EOF means the other end closed cleanly.
 func (c *control) recv() (message, error) {
-	line, err := c.r.ReadSlice('\n')
+	f, err := wire.Read(c.r, maxLine)
 	switch {
-	case errors.Is(err, bufio.ErrBufferFull):
-		return message{}, fmt.Errorf("%w: line longer than %d bytes", ErrBadMessage, maxLine)
-	case err != nil && len(line) > 0 && errors.Is(err, io.EOF):
-		return message{}, fmt.Errorf("%w: truncated line", ErrBadMessage)
+	case errors.Is(err, wire.ErrTooLong):
+		return message{}, fmt.Errorf("%w: message longer than %d bytes", ErrBadMessage, maxLine)
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return message{}, fmt.Errorf("%w: truncated message", ErrBadMessage)
 	case err != nil:
 		return message{}, err
+	case f.Type != frameMessage:
+		return message{}, fmt.Errorf("%w: frame of type %d", ErrBadMessage, f.Type)
 	}
-	return decode(line[:len(line)-1])
+	return decode(f.Payload)
 }
 
 // Close is idempotent.

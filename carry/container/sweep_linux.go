@@ -18,7 +18,8 @@ const dirPrefix = "postern-container-"
 // Sweep removes containers postern started whose controlling postern is gone
 // (the harness normally ends them itself when its host goes away; this catches
 // what an engine failed to remove), and the host directories such a postern
-// left behind. It returns the first error met.
+// left behind. It returns the first error met. It is for a clean-up a person
+// asks for: a controller in another pid namespace looks gone from here.
 func Sweep(ctx context.Context, e *Engine) error {
 	sweepDirs()
 	out, err := e.output(ctx, "ps", "--all", "--quiet", "--no-trunc", "--filter", "label="+LabelRun)

@@ -22,6 +22,7 @@ import (
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/procstat"
@@ -32,53 +33,6 @@ const (
 	LabelRun      = "postern.run"      // the run's id
 	LabelPid      = "postern.pid"      // the controlling postern's pid
 	LabelPidStart = "postern.pidstart" // its start time, so a reused pid is not mistaken for it
-)
-
-// Spec is one command to run in a container behind the wall.
-type Spec struct {
-	Engine *Engine
-	Image  string
-	// Command is the argv, looked up in the image's PATH.
-	Command []string
-	// Run is the run's id, used in the container's name and label.
-	Run string
-	// Ports are the TCP ports redirected to the door's transparent listener.
-	Ports []uint16
-	// AllTCP redirects TCP to every port to the door instead (observe mode).
-	AllTCP bool
-	// NoNetwork leaves the container with no network at all and raises no wall:
-	// Listeners is empty.
-	NoNetwork bool
-	// Open gives the container the engine's own network (its default bridge)
-	// and raises no wall: the person asked for it with --egress-open.
-	// Listeners is empty.
-	Open bool
-	// TTY gives the container a terminal (Stdin must be one).
-	TTY bool
-	// PidsLimit bounds the container's processes and threads (the engine's
-	// --pids-limit); 0 leaves the engine's default.
-	PidsLimit int
-	// Env is added to the container's environment (NAME=VALUE).
-	Env []string
-	// Stdin, Stdout and Stderr are the command's streams; nil means none.
-	Stdin, Stdout, Stderr *os.File
-	// Self is postern's static binary, bind-mounted as the harness; "" is the
-	// running executable.
-	Self   string
-	Logger *slog.Logger
-}
-
-// Errors of Raise and a Wall's methods.
-var (
-	ErrNotStarted     = errors.New("container: the command was not started")
-	ErrAlreadyStarted = errors.New("container: the command was already started")
-	ErrClosed         = errors.New("container: closed")
-	// ErrNeedsRoot means the wall cannot be raised in a container's network
-	// namespace by this user.
-	ErrNeedsRoot = errors.New("container bridge needs root")
-	// ErrNotStatic means the binary to mount as the harness would not run in an
-	// image without its libraries.
-	ErrNotStatic = errors.New("postern binary is not statically linked")
 )
 
 const (
@@ -110,9 +64,8 @@ type Wall struct {
 	ctlDone chan struct{} // closed when the harness's end is closed
 	replies chan message  // started or error, after start
 
-	mu       sync.Mutex
-	started  bool
-	closed   bool
+	life     carry.Life
+	mu       sync.Mutex // guards exitCode and exited
 	exitCode int
 	exited   bool // the harness reported the command's exit
 	// notStarted is the harness's word that the command could not be
@@ -152,10 +105,6 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := Sweep(ctx, spec.Engine); err != nil {
-		logger.Warn("sweep stale containers", "engine", spec.Engine.Name, "err", err)
-	}
-
 	// Named for this process, so Sweep can tell when its owner is gone.
 	dir, err := os.MkdirTemp("", fmt.Sprintf("%s%d.%d-", dirPrefix, os.Getpid(), procstat.StartTime(os.Getpid())))
 	if err != nil {
@@ -529,22 +478,23 @@ func (w *Wall) Name() string { return w.name }
 // Pid is the host pid of the container's init (the harness).
 func (w *Wall) Pid() int { return w.pid }
 
-// Start tells the harness to start the command.
-func (w *Wall) Start() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return ErrClosed
-	}
-	if w.started {
-		return ErrAlreadyStarted
+// Start tells the harness to start the command, and waits for its answer
+// until ctx is done or startTimeout has passed. Signal and Close do not wait
+// for it.
+func (w *Wall) Start(ctx context.Context) error {
+	if err := w.life.BeginStart(); err != nil {
+		return err
 	}
 	if err := w.ctl.send(message{Type: msgStart}); err != nil {
+		_ = w.life.EndStart(false)
 		return fmt.Errorf("container: start: %w", err)
 	}
-	w.started = true
-	select {
-	case m := <-w.replies:
+	// Sent: the harness may start the command whatever comes next, so the
+	// run counts as started (Wait and Close reap it).
+	if err := w.life.EndStart(true); err != nil {
+		return err
+	}
+	answered := func(m message) error {
 		if m.Type == msgError {
 			// As a shell would: the harness said why on the run's stderr, and
 			// Wait reports its status (127: not found, 126: cannot run).
@@ -554,10 +504,25 @@ func (w *Wall) Start() error {
 		}
 		w.logger.Debug("container command started", "container", w.name, "pid_in_container", m.Pid)
 		return nil
+	}
+	timer := time.NewTimer(startTimeout)
+	defer timer.Stop()
+	select {
+	case m := <-w.replies:
+		return answered(m)
 	case <-w.ctlDone:
+		// The harness may answer and end at once (a command not found):
+		// its answer counts.
+		select {
+		case m := <-w.replies:
+			return answered(m)
+		default:
+		}
 		return fmt.Errorf("container: the harness in %s ended before starting the command", w.name)
-	case <-time.After(startTimeout):
+	case <-timer.C:
 		return fmt.Errorf("container: the harness in %s did not start the command within %s", w.name, startTimeout)
+	case <-ctx.Done():
+		return fmt.Errorf("container: start the command in %s: %w", w.name, ctx.Err())
 	}
 }
 
@@ -575,14 +540,8 @@ func (w *Wall) NotStarted() (code int, why string, ok bool) {
 
 // Signal forwards sig to the command's process group inside the container.
 func (w *Wall) Signal(sig syscall.Signal) error {
-	w.mu.Lock()
-	started, closed := w.started, w.closed
-	w.mu.Unlock()
-	switch {
-	case closed:
-		return ErrClosed
-	case !started:
-		return ErrNotStarted
+	if err := w.life.CanSignal(); err != nil {
+		return err
 	}
 	select {
 	case <-w.ctlDone:
@@ -599,10 +558,7 @@ func (w *Wall) Signal(sig syscall.Signal) error {
 // returns the command's exit status (128+n when signal n killed it; 127 when it
 // was not found, 126 when it could not be run).
 func (w *Wall) Wait() (int, error) {
-	w.mu.Lock()
-	started := w.started
-	w.mu.Unlock()
-	if !started {
+	if !w.life.Started() {
 		return -1, ErrNotStarted
 	}
 	<-w.ctlDone
@@ -630,10 +586,7 @@ func (w *Wall) Wait() (int, error) {
 // idempotent.
 func (w *Wall) Close() error {
 	w.closeOnce.Do(func() {
-		w.mu.Lock()
-		started := w.started
-		w.closed = true
-		w.mu.Unlock()
+		started := w.life.Close()
 		if w.ctl != nil {
 			if started {
 				select {
@@ -664,7 +617,7 @@ func (w *Wall) Close() error {
 			}
 			cancel()
 		}
-		closeListeners(w.lis)
+		w.lis.Close()
 		_ = os.RemoveAll(w.dir)
 	})
 	return nil
@@ -685,18 +638,6 @@ func (w *Wall) exists(ctx context.Context) bool { return w.eng.containerExists(c
 func (e *Engine) containerExists(ctx context.Context, name string) bool {
 	_, err := e.output(ctx, "container", "inspect", "--format", "{{.Id}}", name)
 	return err == nil
-}
-
-func closeListeners(l door.Listeners) {
-	// A nil listener converts to a nil io.Closer.
-	for _, c := range []io.Closer{l.Transparent, l.DNSUDP, l.DNSTCP, l.Proxy} {
-		if c != nil {
-			c.Close()
-		}
-	}
-	if l.WallLog != nil {
-		l.WallLog.Close()
-	}
 }
 
 func containerName(run string) string {

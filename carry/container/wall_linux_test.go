@@ -158,7 +158,7 @@ func TestWalledRoundTripExitStatusAndRemoval(t *testing.T) {
 		Stdout: out.w, Stderr: errOut.w})
 	seen := make(chan netip.AddrPort, 4)
 	go serveTransparent(w.Listeners().Transparent, seen)
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if code := waitCode(t, w); code != 7 {
@@ -193,7 +193,7 @@ func TestCommandNotFoundIs127(t *testing.T) {
 	e := requirePodman(t)
 	errOut := newOut(t)
 	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), NoNetwork: true, Command: []string{"no-such-command"}, Stderr: errOut.w})
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if code := waitCode(t, w); code != 127 {
@@ -210,10 +210,10 @@ func TestSignalsReachTheCommandsGroup(t *testing.T) {
 	out := newOut(t)
 	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), NoNetwork: true, Stdout: out.w,
 		Command: []string{"sh", "-c", `trap 'echo usr1; exit 4' USR1; echo ready; while :; do sleep 0.1; done`}})
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Start(); err != ErrAlreadyStarted {
+	if err := w.Start(context.Background()); err != ErrAlreadyStarted {
 		t.Errorf("second Start: %v, want ErrAlreadyStarted", err)
 	}
 	time.Sleep(300 * time.Millisecond)
@@ -238,7 +238,7 @@ func TestKilledCommandReports128PlusSignal(t *testing.T) {
 	if err := w.Signal(syscall.SIGTERM); err != ErrNotStarted {
 		t.Errorf("Signal before Start: %v, want ErrNotStarted", err)
 	}
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Signal(syscall.SIGKILL); err != nil {
@@ -253,7 +253,7 @@ func TestCloseWhileRunningLeavesNothing(t *testing.T) {
 	e := requirePodman(t)
 	w := raise(t, Spec{Engine: e, Image: busyboxImage(t, e), Ports: []uint16{443},
 		Command: []string{"sh", "-c", "sleep 3002 & sleep 3002; wait"}})
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the run's sleeps", func() bool { return len(procsWithArg("3002")) == 2 })
@@ -282,7 +282,7 @@ func TestNoNetworkHasNoRouteAndNoListeners(t *testing.T) {
 	if l := w.Listeners(); l.Transparent != nil || l.DNSUDP != nil || l.DNSTCP != nil {
 		t.Errorf("listeners for a container with no network: %+v", l)
 	}
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	waitCode(t, w)
@@ -471,7 +471,7 @@ func TestRaiseAndCloseLeakNothing(t *testing.T) {
 	img := busyboxImage(t, e)
 	cycle := func() {
 		w := raise(t, Spec{Engine: e, Image: img, Ports: []uint16{80, 443}, Command: []string{"true"}})
-		if err := w.Start(); err != nil {
+		if err := w.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		waitCode(t, w)
@@ -498,4 +498,37 @@ func countFDs(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(ents)
+}
+
+// Raising a wall touches no other run's container: one whose controller this
+// process cannot see alive (another pid namespace's postern looks exactly
+// so) is still there after a raise, a run and a close.
+func TestRaiseLeavesOtherRunsContainers(t *testing.T) {
+	e := requirePodman(t)
+	img := busyboxImage(t, e)
+	w := raise(t, Spec{Engine: e, Image: img, NoNetwork: true, Command: []string{"true"}})
+	w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	other := fmt.Sprintf("postern-test-other-%d", time.Now().UnixNano())
+	args := append([]string{"run", "--detach", "--rm", "--name", other, "--network", "none",
+		"--label", LabelRun + "=" + other, "--label", LabelPid + "=2147483646", "--label", LabelPidStart + "=1"},
+		e.ulimitFlags()...)
+	args = append(args, "--entrypoint", "/bin/sleep", img, "300")
+	if _, err := e.output(ctx, args...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = e.output(context.Background(), "rm", "--force", "--time", "0", other) })
+
+	w = raise(t, Spec{Engine: e, Image: img, NoNetwork: true, Command: []string{"true"}})
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if code := waitCode(t, w); code != 0 {
+		t.Fatalf("exit %d, want 0", code)
+	}
+	w.Close()
+	if !e.containerExists(ctx, other) {
+		t.Fatalf("raising a wall removed %s, another run's container", other)
+	}
 }

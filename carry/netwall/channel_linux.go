@@ -1,7 +1,6 @@
 package netwall
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,11 +12,14 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/internal/wire"
 )
 
 // The control channel between Raise (host side) and Init (inside the wall) is a
-// unix stream socketpair. Each message is a 4-byte big-endian length and a JSON
-// body; file descriptors travel with a message's first byte (SCM_RIGHTS).
+// unix stream socketpair. Each message is one frame of package wire, of type
+// frameMessage, with a JSON body; file descriptors travel with a message's
+// first byte (SCM_RIGHTS).
 
 const (
 	msgConfig  = "config"  // host -> init: what to run
@@ -30,6 +32,8 @@ const (
 
 	maxMessage = 16 << 20
 	maxFDs     = 8
+
+	frameMessage byte = 'J' // a frame carrying one JSON message
 )
 
 type message struct {
@@ -102,9 +106,7 @@ func (c *channel) send(m message, files ...*os.File) error {
 	if err != nil {
 		return fmt.Errorf("encode %s message: %w", m.Type, err)
 	}
-	frame := make([]byte, 4+len(body))
-	binary.BigEndian.PutUint32(frame, uint32(len(body)))
-	copy(frame[4:], body)
+	frame := wire.Append(nil, frameMessage, body)
 	var oob []byte
 	if len(files) > 0 {
 		fds := make([]int, len(files))
@@ -132,7 +134,7 @@ func (c *channel) recv() (message, []*os.File, error) {
 	c.rmu.Lock()
 	defer c.rmu.Unlock()
 	var m message
-	hdr := make([]byte, 4)
+	hdr := make([]byte, wire.HeaderLen)
 	oob := make([]byte, unix.CmsgSpace(4*maxFDs))
 	n, oobn, flags, _, err := c.conn.ReadMsgUnix(hdr, oob)
 	files, ferr := parseRights(oob[:oobn])
@@ -150,10 +152,13 @@ func (c *channel) recv() (message, []*os.File, error) {
 	}
 	var body []byte
 	if err == nil {
-		size := binary.BigEndian.Uint32(hdr)
-		if size > maxMessage {
+		t, size, herr := wire.ParseHeader(hdr, maxMessage)
+		switch {
+		case herr != nil:
 			err = fmt.Errorf("control message of %d bytes exceeds %d", size, maxMessage)
-		} else {
+		case t != frameMessage:
+			err = fmt.Errorf("control frame of type %d, want %d", t, frameMessage)
+		default:
 			body = make([]byte, size)
 			_, err = io.ReadFull(c.conn, body)
 		}

@@ -1,12 +1,13 @@
 package netwall
 
 import (
-	"encoding/binary"
 	"encoding/json"
 	"os"
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/internal/wire"
 )
 
 func channelPair(t testing.TB) (*channel, *channel) {
@@ -66,13 +67,14 @@ func TestChannelCarriesMessagesAndDescriptors(t *testing.T) {
 func FuzzChannelRecv(f *testing.F) {
 	frame := func(v any) []byte {
 		body, _ := json.Marshal(v)
-		return append(binary.BigEndian.AppendUint32(nil, uint32(len(body))), body...)
+		return wire.Append(nil, frameMessage, body)
 	}
 	f.Add(frame(message{Type: msgStarted, Pid: 2}))
 	f.Add(append(frame(message{Type: msgSignal, Signal: 15}), frame(message{Type: msgError, Err: &wireError{Step: "x"}})...))
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff})
-	f.Add([]byte{0, 0, 0, 2, '{', '}'})
-	f.Add([]byte{0, 0, 0, 9, '{', '"', 't', 'y', 'p', 'e', '"', ':', '1'})
+	f.Add([]byte{frameMessage, 0xff, 0xff, 0xff, 0xff})
+	f.Add([]byte{frameMessage, 0, 0, 0, 2, '{', '}'})
+	f.Add([]byte{frameMessage + 1, 0, 0, 0, 2, '{', '}'})
+	f.Add([]byte{frameMessage, 0, 0, 0, 9, '{', '"', 't', 'y', 'p', 'e', '"', ':', '1'})
 	f.Add([]byte{0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, b := channelPair(t)

@@ -49,7 +49,7 @@ func listenersFromFiles(files []*os.File) (door.Listeners, error) {
 		err error
 	)
 	fail := func(what string, err error) (door.Listeners, error) {
-		closeListeners(lis)
+		lis.Close()
 		return door.Listeners{}, fmt.Errorf("network wall: %s listener: %w", what, err)
 	}
 	if lis.Transparent, err = net.FileListener(files[0]); err != nil {

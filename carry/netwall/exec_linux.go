@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
-	"strings"
 	"syscall"
 
+	"github.com/postern-dev/postern/carry/internal/pid1"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,16 +43,9 @@ func ExecDropped(argv []string) error {
 	// Credentials are per thread: drop them on this one and exec from it.
 	runtime.LockOSThread()
 
-	path := argv[0]
-	if !strings.Contains(path, "/") {
-		if os.Getenv("PATH") == "" {
-			os.Setenv("PATH", defaultPath)
-		}
-		p, err := exec.LookPath(path)
-		if err != nil {
-			return fmt.Errorf("%w: %q in PATH=%s", ErrCommandNotFound, path, os.Getenv("PATH"))
-		}
-		path = p
+	path, err := pid1.LookPath(argv[0], defaultPath)
+	if err != nil {
+		return err
 	}
 	if err := dropPrivileges(); err != nil {
 		return err
@@ -64,10 +56,13 @@ func ExecDropped(argv []string) error {
 	if err := applySetIDFilter(); err != nil {
 		return err
 	}
+	if err := installConnectNotify(); err != nil {
+		return err
+	}
 	if err := closeInherited(); err != nil {
 		return err
 	}
-	err := syscall.Exec(path, argv, os.Environ())
+	err = syscall.Exec(path, argv, os.Environ())
 	if errors.Is(err, syscall.ENOENT) {
 		return fmt.Errorf("%w: %s", ErrCommandNotFound, path)
 	}

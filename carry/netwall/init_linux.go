@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
@@ -80,7 +81,7 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 			return exitInitFailed
 		}
 	}
-	pid, err := startCommand(cfg, tty)
+	pid, notify, err := startCommand(cfg, tty)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
 		return exitInitFailed
@@ -88,7 +89,15 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 	if tty != nil {
 		tty.relay()
 	}
-	if err := ctl.send(message{Type: msgStarted, Pid: pid}); err != nil {
+	var started []*os.File
+	if notify != nil {
+		started = append(started, notify)
+	}
+	err = ctl.send(message{Type: msgStarted, Pid: pid}, started...)
+	if notify != nil {
+		notify.Close()
+	}
+	if err != nil {
 		pid1.KillAll(pid)
 		return exitKilled
 	}
@@ -456,7 +465,9 @@ func resolvConfUnder() (string, []byte) {
 // its controlling terminal; without, it has none. (In the caller's session
 // its /dev/tty would be the caller's terminal, where TIOCSTI types into the
 // shell that started postern.)
-func startCommand(cfg initConfig, tty *runTerminal) (int, error) {
+// startCommand starts the exec stage and returns its pid and, where Landlock
+// confines its connects, its connect notification descriptor (nil if none).
+func startCommand(cfg initConfig, tty *runTerminal) (int, *os.File, error) {
 	attr := &syscall.ProcAttr{
 		Dir:   cfg.Dir,
 		Env:   cfg.Env,
@@ -469,9 +480,30 @@ func startCommand(cfg initConfig, tty *runTerminal) (int, error) {
 		attr.Sys.Ctty = 0
 	}
 	argv := append([]string{os.Args[0], ExecArg}, cfg.Command...)
-	pid, err := syscall.ForkExec("/proc/self/exe", argv, attr)
-	if err != nil {
-		return 0, fmt.Errorf("start %q in %s: %w", cfg.Command[0], cfg.Dir, err)
+	// Landlock will refuse connects the wall never sees: the exec stage
+	// sends its connect notifications back for them to be recorded
+	// (connectwatch_linux.go).
+	var mine, theirs *os.File
+	if connectPorts(cfg.Env) != nil {
+		var err error
+		if mine, theirs, err = connectNotifyPair(); err == nil {
+			attr.Files = append(attr.Files[:len(attr.Files):len(attr.Files)], theirs.Fd())
+			attr.Env = append(attr.Env[:len(attr.Env):len(attr.Env)], fmt.Sprintf("%s=%d", connectNotifyEnv, connectNotifyFD))
+		}
 	}
-	return pid, nil
+	pid, err := syscall.ForkExec("/proc/self/exe", argv, attr)
+	if theirs != nil {
+		theirs.Close()
+	}
+	if err != nil {
+		if mine != nil {
+			mine.Close()
+		}
+		return 0, nil, fmt.Errorf("start %q in %s: %w", cfg.Command[0], cfg.Dir, err)
+	}
+	var notify *os.File
+	if mine != nil {
+		notify = recvConnectNotify(mine, 10*time.Second)
+	}
+	return pid, notify, nil
 }

@@ -59,7 +59,7 @@ func TestWallLeavesNothing(t *testing.T) {
 		netns, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/net", w.Pid()))
 		userns, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/user", w.Pid()))
 		t1 := time.Now()
-		if err := w.Start(); err != nil {
+		if err := w.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if code, err := w.Wait(); code != 0 || err != nil {

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/carry/internal/pid1"
 	"github.com/postern-dev/postern/internal/termtext"
 )
 
@@ -103,12 +105,12 @@ func (e *KernelError) Unwrap() error { return e.Err }
 
 // Errors a Wall's methods return.
 var (
-	ErrNotStarted     = errors.New("network wall: the command was not started")
-	ErrAlreadyStarted = errors.New("network wall: the command was already started")
-	ErrClosed         = errors.New("network wall: closed")
+	ErrNotStarted     = carry.ErrNotStarted
+	ErrAlreadyStarted = carry.ErrAlreadyStarted
+	ErrClosed         = carry.ErrClosed
 	// ErrCommandNotFound is returned by ExecDropped when Command[0] is not
 	// found in the run's PATH.
-	ErrCommandNotFound = errors.New("command not found")
+	ErrCommandNotFound = pid1.ErrNotFound
 	// ErrUnsupported means this operating system has no network wall.
 	ErrUnsupported = errors.New("network wall: only available on Linux")
 )

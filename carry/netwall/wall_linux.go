@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door"
 )
 
@@ -45,6 +47,14 @@ type Wall struct {
 	cmd    *exec.Cmd
 	ctl    *channel
 	lis    door.Listeners
+	// refused carries Landlock's refusals to the door; allowed are the
+	// ports Landlock lets the command connect to.
+	refused chan netip.AddrPort
+	allowed map[uint16]bool
+	// watchStop ends the watch of the command's connects; watchDone is
+	// closed when it has ended.
+	watchStop *os.File
+	watchDone chan struct{}
 
 	// pidsDone is closed once the run's pids limit is in place (see
 	// holdPids); pids and pidsDesc are set before.
@@ -60,9 +70,8 @@ type Wall struct {
 	state   *os.ProcessState
 	waitErr error
 
-	mu      sync.Mutex
-	started bool
-	closed  bool
+	life carry.Life
+	mu   sync.Mutex // guards ending
 
 	closeOnce sync.Once
 }
@@ -158,6 +167,13 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if err != nil {
 		w.Close()
 		return nil, err
+	}
+	if ports := connectPorts(cfg.Env); ports != nil && !cfg.NoNetwork {
+		// Landlock's refusals, which the wall never sees, reach the door
+		// once the command starts (see connectwatch_linux.go).
+		ch := make(chan netip.AddrPort, 64)
+		w.refused, w.allowed = ch, ports
+		lis.Refused = ch
 	}
 	w.lis = lis
 	return w, nil
@@ -292,24 +308,6 @@ func (w *Wall) handshake(ctx context.Context, cfg initConfig) (door.Listeners, e
 	return listenersFromFiles(files)
 }
 
-func closeListeners(l door.Listeners) {
-	if l.Transparent != nil {
-		l.Transparent.Close()
-	}
-	if l.DNSUDP != nil {
-		l.DNSUDP.Close()
-	}
-	if l.DNSTCP != nil {
-		l.DNSTCP.Close()
-	}
-	if l.Proxy != nil {
-		l.Proxy.Close()
-	}
-	if l.WallLog != nil {
-		l.WallLog.Close()
-	}
-}
-
 // Listeners are the door's sockets inside the run's network namespace:
 // Transparent (TCP, both families), DNSUDP and DNSTCP. Serve them from the host
 // side; Close closes them.
@@ -318,30 +316,45 @@ func (w *Wall) Listeners() door.Listeners { return w.lis }
 // Pid is the host pid of the wall's init (pid 1 of the run's pid namespace).
 func (w *Wall) Pid() int { return w.cmd.Process.Pid }
 
-// Start starts the command inside the wall.
-func (w *Wall) Start() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
-		return ErrClosed
+// Start starts the command inside the wall, giving up when ctx is done or
+// after startTimeout. Signal and Close do not wait for it.
+func (w *Wall) Start(ctx context.Context) error {
+	if err := w.life.BeginStart(); err != nil {
+		return err
 	}
-	if w.started {
-		return ErrAlreadyStarted
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
-	<-w.pidsDone
+	select {
+	case <-w.pidsDone:
+	case <-ctx.Done():
+		_ = w.life.EndStart(false)
+		return fmt.Errorf("network wall: start %q: %w", w.cmdName(), ctx.Err())
+	}
 	reply, files, err := w.exchange(ctx, message{Type: msgStart})
+	if err == nil && reply.Type == msgStarted && len(files) == 1 && w.refused != nil {
+		// The command's connect notifications: watched until the run ends.
+		if r, wr, perr := os.Pipe(); perr == nil {
+			w.watchStop, w.watchDone = wr, make(chan struct{})
+			notify := files[0]
+			go func() {
+				defer close(w.watchDone)
+				watchConnects(notify, r, w.allowed, w.refused)
+			}()
+			files = nil
+		}
+	}
 	for _, f := range files {
 		f.Close()
+	}
+	if err == nil && reply.Type != msgStarted {
+		err = fmt.Errorf("init answered %q to start, want %q", reply.Type, msgStarted)
+	}
+	if cerr := w.life.EndStart(err == nil); cerr != nil {
+		return cerr
 	}
 	if err != nil {
 		return fmt.Errorf("network wall: start %q: %w", w.cmdName(), err)
 	}
-	if reply.Type != msgStarted {
-		return fmt.Errorf("network wall: init answered %q to start, want %q", reply.Type, msgStarted)
-	}
-	w.started = true
 	go w.readEnding()
 	w.logger.Debug("wall command started", "init_pid", w.Pid(), "pid_in_run", reply.Pid)
 	return nil
@@ -358,14 +371,8 @@ func (w *Wall) cmdName() string { return w.cmd.Args[0] }
 
 // Signal forwards sig to the command's process group inside the wall.
 func (w *Wall) Signal(sig syscall.Signal) error {
-	w.mu.Lock()
-	started, closed := w.started, w.closed
-	w.mu.Unlock()
-	switch {
-	case closed:
-		return ErrClosed
-	case !started:
-		return ErrNotStarted
+	if err := w.life.CanSignal(); err != nil {
+		return err
 	}
 	select {
 	case <-w.exited:
@@ -386,10 +393,7 @@ func (w *Wall) Signal(sig syscall.Signal) error {
 // Wait waits for the command to end and returns its exit status (128+n when
 // signal n killed it). When Wait returns, every process of the run is gone.
 func (w *Wall) Wait() (int, error) {
-	w.mu.Lock()
-	started := w.started
-	w.mu.Unlock()
-	if !started {
+	if !w.life.Started() {
 		return -1, ErrNotStarted
 	}
 	<-w.exited
@@ -418,10 +422,7 @@ func (w *Wall) exitCode() (int, error) {
 // gone, and is the zero Ending for a run that never started or whose init
 // was killed before it could tell.
 func (w *Wall) Ending() Ending {
-	w.mu.Lock()
-	started := w.started
-	w.mu.Unlock()
-	if !started {
+	if !w.life.Started() {
 		return Ending{}
 	}
 	<-w.exited
@@ -443,10 +444,7 @@ func (w *Wall) Ending() Ending {
 // every descriptor. Nothing of the wall remains afterwards. It is idempotent.
 func (w *Wall) Close() error {
 	w.closeOnce.Do(func() {
-		w.mu.Lock()
-		started := w.started
-		w.closed = true
-		w.mu.Unlock()
+		started := w.life.Close()
 		select {
 		case <-w.exited:
 		default:
@@ -464,7 +462,11 @@ func (w *Wall) Close() error {
 		if started {
 			<-w.endRead
 		}
-		closeListeners(w.lis)
+		if w.watchDone != nil {
+			w.watchStop.Close()
+			<-w.watchDone
+		}
+		w.lis.Close()
 	})
 	return nil
 }

@@ -35,6 +35,7 @@ const fakeIP = "198.18.0.7"
 
 func requireRoot(t *testing.T) {
 	t.Helper()
+	testhosts.Kernel(t)
 	if os.Geteuid() == 0 || os.Getenv(asUserEnv) == "1" {
 		return
 	}
@@ -189,7 +190,7 @@ func runSpec(t *testing.T, spec Spec, during func(w *Wall)) runResult {
 	defer w.Close()
 	d := serveDoor(t, w.Listeners())
 	start := time.Now()
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatalf("Start(%q): %v", spec.Command, err)
 	}
 	if during != nil {
@@ -332,7 +333,7 @@ func TestWall(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			if err := w.Start(); err != nil {
+			if err := w.Start(context.Background()); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(200 * time.Millisecond)
@@ -672,6 +673,7 @@ func TestRaiseRefusesWithRemedy(t *testing.T) {
 }
 
 func TestWallUnprivileged(t *testing.T) {
+	testhosts.Kernel(t)
 	if os.Getenv(asUserEnv) == "1" {
 		t.Skip("already the unprivileged run")
 	}

@@ -19,7 +19,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) { return nil, ErrUnsup
 
 func (w *Wall) Listeners() door.Listeners                    { return door.Listeners{} }
 func (w *Wall) Pid() int                                     { return 0 }
-func (w *Wall) Start() error                                 { return ErrUnsupported }
+func (w *Wall) Start(ctx context.Context) error              { return ErrUnsupported }
 func (w *Wall) Signal(sig syscall.Signal) error              { return ErrUnsupported }
 func (w *Wall) Wait() (int, error)                           { return -1, ErrUnsupported }
 func (w *Wall) Close() error                                 { return nil }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -27,18 +28,18 @@ func TestWallRefusalsRecorded(t *testing.T) {
 	}
 	var (
 		mu  sync.Mutex
-		evs []door.Event
+		evs []event.Event
 	)
-	events := func() []door.Event {
+	events := func() []event.Event {
 		mu.Lock()
 		defer mu.Unlock()
-		return append([]door.Event(nil), evs...)
+		return append([]event.Event(nil), evs...)
 	}
 	// attempt runs argv in a wall of its own served by a real door, and
 	// returns what it printed.
 	attempt := func(argv ...string) string {
 		t.Helper()
-		d, err := door.New(door.Config{Policy: pol, Emit: func(ev door.Event) {
+		d, err := door.New(door.Config{Policy: pol, Emit: func(ev event.Event) {
 			mu.Lock()
 			evs = append(evs, ev)
 			mu.Unlock()
@@ -73,7 +74,7 @@ func TestWallRefusalsRecorded(t *testing.T) {
 				t.Errorf("door: %v", err)
 			}
 		}()
-		if err := w.Start(); err != nil {
+		if err := w.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := w.Wait(); err != nil {

@@ -16,9 +16,11 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/door/policy"
 )
@@ -39,8 +41,8 @@ var Self = ""
 var (
 	// ErrCommandNotFound is the command not being found in the run's PATH.
 	ErrCommandNotFound = errors.New("command not found")
-	ErrNotStarted      = errors.New("seatbelt: the command was not started")
-	ErrAlreadyStarted  = errors.New("seatbelt: the command was already started")
+	ErrNotStarted      = carry.ErrNotStarted
+	ErrAlreadyStarted  = carry.ErrAlreadyStarted
 )
 
 // ProfileError is the launcher ending before the command started: macOS
@@ -102,10 +104,11 @@ type Wall struct {
 	guards   map[string]fileState
 	log      *slog.Logger
 
-	mu      sync.Mutex
-	started bool
-	waited  bool
-	closed  bool
+	life   carry.Life
+	mu     sync.Mutex // guards waited
+	waited bool
+
+	closeOnce sync.Once
 }
 
 // portTries bounds how often Raise picks another port when [::1] is already
@@ -269,25 +272,38 @@ func (w *Wall) Env() []string { return w.cmd.Env }
 func (w *Wall) TempDir() string { return w.tmp }
 
 // Start starts the command under the profile and returns once it runs
-// inside the sandbox. A launcher that ends before is a *ProfileError.
-func (w *Wall) Start() error {
-	w.mu.Lock()
-	if w.started {
-		w.mu.Unlock()
-		return ErrAlreadyStarted
+// inside the sandbox, or when ctx is done. A launcher that ends before is a
+// *ProfileError.
+func (w *Wall) Start(ctx context.Context) error {
+	if err := w.life.BeginStart(); err != nil {
+		return err
 	}
-	w.started = true
-	w.mu.Unlock()
 	err := w.cmd.Start()
 	w.cmd.ExtraFiles[0].Close()
+	if cerr := w.life.EndStart(err == nil); cerr != nil {
+		// Closed while it started: nothing of the run may outlive the wall.
+		if err == nil {
+			_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+			_, _ = w.wait()
+		}
+		return cerr
+	}
 	if err != nil {
 		return &ProfileError{Launcher: w.launcher, Err: err}
 	}
 	var b [1]byte
+	stop := context.AfterFunc(ctx, func() { _ = w.ready.SetReadDeadline(time.Now()) })
 	n, _ := io.ReadFull(w.ready, b[:])
+	stop()
 	w.ready.Close()
 	if n == 1 {
 		return nil
+	}
+	if err := ctx.Err(); err != nil {
+		// Given up on: the launcher may still be on its way; it is ended.
+		_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
+		_, _ = w.wait()
+		return fmt.Errorf("seatbelt: start %q: %w", w.launcher, err)
 	}
 	// The launcher ended without starting postern's last step.
 	code, _ := w.wait()
@@ -297,11 +313,11 @@ func (w *Wall) Start() error {
 // Signal sends sig to the command's process group (its session's, with a
 // terminal).
 func (w *Wall) Signal(sig syscall.Signal) error {
+	if err := w.life.CanSignal(); err != nil {
+		return err
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.started || w.cmd.Process == nil {
-		return ErrNotStarted
-	}
 	if w.waited {
 		return nil
 	}
@@ -311,10 +327,7 @@ func (w *Wall) Signal(sig syscall.Signal) error {
 // Wait waits for the command and then kills what it left running in its
 // process group. It returns the exit status, 128+n for signal n.
 func (w *Wall) Wait() (int, error) {
-	w.mu.Lock()
-	started := w.started && w.cmd.Process != nil
-	w.mu.Unlock()
-	if !started {
+	if !w.life.Started() {
 		return -1, ErrNotStarted
 	}
 	return w.wait()
@@ -346,13 +359,14 @@ func (w *Wall) GuardChanges() []GuardChange { return guardChanges(w.guards) }
 // door's listener and the hold on [::1], and removes the run's temporary
 // directory. It is idempotent.
 func (w *Wall) Close() error {
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
+	var first bool
+	w.closeOnce.Do(func() { first = true })
+	if !first {
 		return nil
 	}
-	w.closed = true
-	if w.started && !w.waited && w.cmd.Process != nil {
+	started := w.life.Close()
+	w.mu.Lock()
+	if started && !w.waited {
 		_ = syscall.Kill(-w.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	w.mu.Unlock()
@@ -366,7 +380,7 @@ func (w *Wall) Close() error {
 	if w.ready != nil {
 		w.ready.Close()
 	}
-	if w.cmd != nil && !w.started {
+	if w.cmd != nil && !started {
 		w.cmd.ExtraFiles[0].Close()
 	}
 	if w.tmp != "" {

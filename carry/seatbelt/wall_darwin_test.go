@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 )
 
@@ -70,15 +71,15 @@ func TestSeatbeltDeniesAllButTheDoor(t *testing.T) {
 	}
 	defer w.Close()
 	var mu sync.Mutex
-	var events []door.Event
-	d, err := door.New(door.Config{Policy: pol, Run: "mac", Emit: func(e door.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
+	var events []event.Event
+	d, err := door.New(door.Config{Policy: pol, Run: "mac", Emit: func(e event.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx, w.Listeners()) }()
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	code, err := w.Wait()

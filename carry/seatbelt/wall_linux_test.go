@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/testhosts"
 )
@@ -55,7 +56,7 @@ func TestWallRunsTheCommand(t *testing.T) {
 		Policy:  policy.Nothing(),
 		Stdout:  pw, Stderr: pw,
 	})
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	code, err := w.Wait()
@@ -118,7 +119,7 @@ func TestWallSignalsAndKillsItsGroup(t *testing.T) {
 		Command: []string{"sh", "-c", `sleep 300 & echo $! > ` + pidFile + `; wait`},
 		Env:     []string{"PATH=/usr/bin:/bin"},
 	})
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	var pid int
@@ -161,7 +162,7 @@ func TestWallLauncherRefusal(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	err = w.Start()
+	err = w.Start(context.Background())
 	var pe *ProfileError
 	if !errors.As(err, &pe) || pe.Code != 65 {
 		t.Fatalf("Start = %v, want a *ProfileError with exit status 65", err)
@@ -282,17 +283,17 @@ func TestWallDoorCarriesTheRun(t *testing.T) {
 		Env: []string{"PATH=/usr/bin:/bin", "HOME=" + work}, Stderr: os.Stderr})
 
 	var mu sync.Mutex
-	var events []door.Event
+	var events []event.Event
 	d, err := door.New(door.Config{Policy: pol, Run: "r2",
 		AddHosts: map[string][]netip.Addr{"web.test": {web.Addr}, "denied.test": {web.Addr}},
-		Emit:     func(e door.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
+		Emit:     func(e event.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dctx, stop := context.WithCancel(ctx)
 	doorDone := make(chan error, 1)
 	go func() { doorDone <- d.Run(dctx, w.Listeners()) }()
-	if err := w.Start(); err != nil {
+	if err := w.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	code, err := w.Wait()
@@ -326,5 +327,86 @@ func TestWallDoorCarriesTheRun(t *testing.T) {
 	}
 	if !allowed || !denied {
 		t.Errorf("events: web.test CONNECT allowed %v, denied.test denied %v; all: %+v", allowed, denied, events)
+	}
+}
+
+// A launcher that hangs before postern's last step: Start gives up when its
+// context ends, and ends the launcher rather than leave it behind.
+func TestWallStartBoundedByContext(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	w, err := Raise(context.Background(), Spec{
+		Command:  []string{"true"},
+		Env:      []string{"PATH=/usr/bin:/bin"},
+		Launcher: []string{"/bin/sh", "-c", `echo $$ > ` + pidFile + `; exec sleep 300`, "sandbox-exec"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	started := time.Now()
+	err = w.Start(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Start = %v, want it to give up at its deadline", err)
+	}
+	if took := time.Since(started); took > 5*time.Second {
+		t.Fatalf("Start took %s after a deadline of 300ms", took)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Fatalf("the launcher (pid %d) is still there after Start gave up: %v", pid, err)
+	}
+}
+
+// Close while Start waits for the launcher: both return, and the launcher
+// is gone.
+func TestWallCloseDuringStart(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	w, err := Raise(context.Background(), Spec{
+		Command:  []string{"true"},
+		Env:      []string{"PATH=/usr/bin:/bin"},
+		Launcher: []string{"/bin/sh", "-c", `echo $$ > ` + pidFile + `; exec sleep 300`, "sandbox-exec"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startErr := make(chan error, 1)
+	go func() { startErr <- w.Start(context.Background()) }()
+	var pid int
+	for deadline := time.Now().Add(5 * time.Second); pid == 0; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(pidFile); err == nil && strings.HasSuffix(string(b), "\n") {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the launcher did not start")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- w.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Close waited for a start under way")
+	}
+	select {
+	case err := <-startErr:
+		if err == nil {
+			t.Fatal("Start succeeded on a wall closed under it")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Start did not return after Close")
+	}
+	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the launcher (pid %d) outlived the wall", pid)
+		}
 	}
 }

@@ -17,7 +17,6 @@ import (
 // The agent's entry points: the controller starts 'postern __agent serve' on a
 // remote machine over ssh. People never type them.
 func init() {
-	dispatch.Version = version
 	cmd := &cobra.Command{Use: "__agent", Hidden: true, SilenceUsage: true}
 	cmd.AddCommand(&cobra.Command{
 		Use:  "serve",
@@ -36,7 +35,7 @@ func init() {
 					return dispatch.ServeAgentRun(ctx, req, rio, logger)
 				},
 				Probe: func(ctx context.Context, name string) (*probe.Record, error) {
-					return dispatch.ProbeHere(ctx, name, logger)
+					return dispatch.ProbeHere(ctx, name, version, logger)
 				},
 				Workspace: dispatch.ServeAgentWorkspace,
 			})

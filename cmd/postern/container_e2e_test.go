@@ -24,6 +24,7 @@ import (
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/testhosts"
 	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 	"github.com/postern-dev/postern/records"
 )
 
@@ -88,7 +89,7 @@ func ctrSetup(t *testing.T) {
 			return
 		}
 		var v struct {
-			Rungs map[string]probe.Rung `json:"rungs"`
+			Rungs map[rung.Name]probe.Rung `json:"rungs"`
 		}
 		if err := json.Unmarshal(out, &v); err != nil {
 			ctrErr = fmt.Errorf("probe-confinement --json: %v\n%s", err, out)
@@ -222,6 +223,7 @@ func ctrStatuses(t *testing.T, out string) map[string]int {
 }
 
 func TestContainerRungMeasured(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	g := ctrProbe
 	if g.Result != probe.Yes || !strings.HasPrefix(g.Detail, "podman ") ||
@@ -236,6 +238,7 @@ func TestContainerRungMeasured(t *testing.T) {
 }
 
 func TestContainerRunIsWalled(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	l := newE2ELab(t)
 	ctx := context.Background()
@@ -434,6 +437,7 @@ func (s *ctrStarted) wait(t *testing.T) int {
 // sleeps: the harness loses the host and kills the run, and the engine removes
 // the container.
 func TestContainerGoneAfterPosternKilled(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	home := ctrHomeCopy(t)
 	s := ctrStart(t, home, "run", "--container", ctrImage, "--", "sh", "-c", "echo ready; sleep 3001")
@@ -469,6 +473,7 @@ func TestContainerGoneAfterPosternKilled(t *testing.T) {
 // cannot be left in the host's /tmp through it; and the policy's pids_limit
 // (or --pids-limit) is the container's.
 func TestContainerControlDirectoryAndPidsLimit(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	home := ctrHomeCopy(t)
 	pol := writeFile(t, "ctr-pids.hcl", "pids_limit = 48\n")
@@ -519,6 +524,7 @@ func procsWithArg(arg string) []int {
 // TestContainerSignalsReachTheRun sends SIGTERM to postern: the run's own trap
 // handles it and its status is postern's.
 func TestContainerSignalsReachTheRun(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	home := ctrHomeCopy(t)
 	s := ctrStart(t, home, "run", "--container", ctrImage, "--", "sh", "-c",
@@ -544,6 +550,7 @@ func TestContainerSignalsReachTheRun(t *testing.T) {
 // TestContainerNetworkNone runs with no network at all: nothing is reachable,
 // no door runs, and the record says so.
 func TestContainerNetworkNone(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	l := newE2ELab(t)
 	home := ctrHomeCopy(t)
@@ -577,6 +584,7 @@ func TestContainerNetworkNone(t *testing.T) {
 // network and no wall, on a machine never measured, and records the reason;
 // with --container-network none it is refused as a contradiction.
 func TestContainerEgressOpen(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	l := newE2ELab(t)
 	home := t.TempDir() // never measured: an open run needs no measurement
@@ -615,6 +623,7 @@ func TestContainerEgressOpen(t *testing.T) {
 // TestContainerRefusedUnmeasured: a machine never measured refuses the
 // container lane before any container is started.
 func TestContainerRefusedUnmeasured(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	home := t.TempDir()
 	r := ctrPostern(t, home, "run", "--container", ctrImage, "--", "sh", "-c", "echo ran")
@@ -632,6 +641,7 @@ func TestContainerRefusedUnmeasured(t *testing.T) {
 // a docker daemon answers the run is walled; where only the CLI (or nothing) is
 // installed, the run is refused saying so.
 func TestContainerEngineDocker(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	home := ctrHomeCopy(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -666,6 +676,7 @@ func TestContainerEngineDocker(t *testing.T) {
 }
 
 func TestContainerFlagsNeedContainer(t *testing.T) {
+	testhosts.EndToEnd(t)
 	for _, args := range [][]string{
 		{"run", "--engine", "podman", "--", "true"},
 		{"run", "--container-network", "none", "--", "true"},
@@ -683,6 +694,7 @@ func TestContainerFlagsNeedContainer(t *testing.T) {
 // test's own: the container's command sees a terminal of that size, and its
 // status is postern's.
 func TestContainerInteractiveRunGetsATerminal(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	home := ctrHomeCopy(t)
 	master, slave := openPTY(t, 27, 93)

@@ -80,6 +80,7 @@ leaves the work to a background process of its own: see 'postern dispatches'.`,
 			fs.File, fs.Policy, fs.Dir, fs.Detached = file, policyPath, wd, child
 			fs.Base.Env = os.Environ()
 			fs.Base.Remote.SSH.ConnectTimeout = connTimeout
+			fs.Base.Remote.Version = version
 			fs.Base.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			show, closeShow, live := dispatchOutput(os.Stdout, asJSON)
 			// The runs' warnings for the person (an open network, an agent

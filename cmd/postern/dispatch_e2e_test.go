@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -523,7 +524,7 @@ func TestDispatchFleet(t *testing.T) {
 		}
 		cmd := exec.Command(posternBin, "dispatch", tasksFile(t, src.String()))
 		cmd.Env = c.env()
-		cmd.Dir = c.Home // not in this source tree: a dispatch there would ship it
+		cmd.Dir = c.workDir(t) // not in this source tree: a dispatch there would ship it
 		var stdout, stderr lockedLog
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
@@ -607,7 +608,7 @@ func TestDispatchFleet(t *testing.T) {
 		}
 		cmd := exec.Command(posternBin, "dispatch", "--json", tasksFile(t, src.String()))
 		cmd.Env = c.env()
-		cmd.Dir = c.Home // not in this source tree: a dispatch there would ship it
+		cmd.Dir = c.workDir(t) // not in this source tree: a dispatch there would ship it
 		pr, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -711,7 +712,7 @@ func TestDispatchFleet(t *testing.T) {
 		}
 		cmd := exec.Command(posternBin, "dispatch", tasksFile(t, src.String()))
 		cmd.Env = c.env()
-		cmd.Dir = c.Home
+		cmd.Dir = c.workDir(t)
 		var stdout, stderr lockedLog
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
@@ -802,7 +803,7 @@ task "sealed" {
   network   = "none"
 }
 `, ctrImage, ctrImage)
-	r := ctrPostern(t, home, "dispatch", tasksFile(t, src))
+	r := ctrDispatch(t, home, tasksFile(t, src))
 	if r.Code != 0 {
 		t.Fatalf("dispatch of container tasks: exit %d\n%s\n%s", r.Code, r.Stdout, r.Stderr)
 	}
@@ -838,7 +839,7 @@ task "sealed" {
 	if out := ctrPostern(t, home, "machine", "add", "far", "--ssh", "root@127.0.0.1:1"); out.Code != 0 {
 		t.Fatalf("machine add: %s", out.Stderr)
 	}
-	bad := ctrPostern(t, home, "dispatch", tasksFile(t, fmt.Sprintf("task \"away\" {\n  command = [\"true\"]\n  container = %q\n  machines = [\"far\"]\n}\n", ctrImage)))
+	bad := ctrDispatch(t, home, tasksFile(t, fmt.Sprintf("task \"away\" {\n  command = [\"true\"]\n  container = %q\n  machines = [\"far\"]\n}\n", ctrImage)))
 	if bad.Code != 1 || !strings.Contains(bad.Stdout, "away refused: EGRESS-CLOSED-DEFAULT-REFUSED") {
 		t.Fatalf("container task on a remote pool: exit %d\n%s\n%s", bad.Code, bad.Stdout, bad.Stderr)
 	}
@@ -919,4 +920,27 @@ func TestDispatchWorkspaces(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(repo, "out.txt")); err == nil {
 		t.Fatal("a task wrote into the caller's work tree")
 	}
+}
+
+// ctrDispatch runs the static postern's dispatch from a directory of its own,
+// not inside this source tree (where each local task would get a copy of it).
+func ctrDispatch(t *testing.T, home, tasks string) ctrRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ctrBin, "dispatch", tasks)
+	cmd.Env = append(ctrEnv(), "POSTERN_HOME="+home)
+	cmd.Dir = t.TempDir()
+	var o, e strings.Builder
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err := cmd.Run()
+	r := ctrRun{Stdout: o.String(), Stderr: e.String()}
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		r.Code = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("postern dispatch: %v", err)
+	}
+	return r
 }

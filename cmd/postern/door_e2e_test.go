@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/internal/testhosts"
 )
 
 // policyFor renders a policy that opens the lab's web host's /24 by CIDR, so
@@ -33,6 +34,7 @@ func (l *e2eLab) policyFor(mode string, allow, deny []string) string {
 func proxyURL(d *doorProc) string { return "http://" + d.Addr }
 
 func TestDoorAllowsListedNameOverConnectAndHTTP(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	d := startDoor(t, l.policyFor("enforce", []string{"web.test"}, nil), "", l.Resolver(), Pin("web.test", l.Web.Addr))
 
@@ -74,6 +76,7 @@ func TestDoorAllowsListedNameOverConnectAndHTTP(t *testing.T) {
 }
 
 func TestDoorAllowsSubdomainOfListedName(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	d := startDoor(t, l.policyFor("enforce", []string{"web.test"}, nil), "", l.Resolver(), Pin("api.web.test", l.Web.Addr))
 	r := curl(t, "--proxy", proxyURL(d), "--cacert", l.CAFile(), "https://api.web.test/")
@@ -90,6 +93,7 @@ func TestDoorAllowsSubdomainOfListedName(t *testing.T) {
 }
 
 func TestDoorDenyWinsOverAllow(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	d := startDoor(t, l.policyFor("enforce", []string{"web.test"}, []string{"secret.web.test"}), "",
 		l.Resolver(), Pin("secret.web.test", l.Web.Addr))
@@ -117,6 +121,7 @@ func TestDoorDenyWinsOverAllow(t *testing.T) {
 }
 
 func TestDoorLiteralAddressesAndAllowCIDRs(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	d := startDoor(t, l.policyFor("enforce", nil, nil), "", l.Resolver())
 
@@ -146,6 +151,7 @@ func TestDoorLiteralAddressesAndAllowCIDRs(t *testing.T) {
 }
 
 func TestDoorNameResolvingToUnlistedPrivateAddress(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	// inside.test and sneaky.test are allowed by name; both point at the other
 	// host, whose /24 the policy does not list. A name allow never opens a
@@ -173,6 +179,7 @@ func TestDoorNameResolvingToUnlistedPrivateAddress(t *testing.T) {
 }
 
 func TestDoorRefusesMetadataAndLoopbackInEverySpelling(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	// A live listener on loopback: if any spelling slipped through, it would
 	// be accepted here.
@@ -256,6 +263,7 @@ func TestDoorRefusesMetadataAndLoopbackInEverySpelling(t *testing.T) {
 }
 
 func TestDoorRefusesItsOwnAddress(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	// The door listens on the root side of the web host's link, inside a CIDR
 	// the policy opens: its own address must still be refused.
@@ -278,6 +286,7 @@ func TestDoorRefusesItsOwnAddress(t *testing.T) {
 }
 
 func TestDoorRefusesSNIThatDiffersFromConnect(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	d := startDoor(t, l.policyFor("enforce", []string{"web.test"}, nil), "", l.Resolver(), Pin("web.test", l.Web.Addr))
 	// curl asks the door for web.test:443 but says other.test in its TLS hello
@@ -302,6 +311,7 @@ func TestDoorRefusesSNIThatDiffersFromConnect(t *testing.T) {
 }
 
 func TestDoorRefusesPortSmuggling(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	// An SSH-like server on a port the policy does not list.
 	if _, err := l.Web.ServeTCPEcho(22); err != nil {
@@ -368,6 +378,7 @@ func TestDoorRefusesPortSmuggling(t *testing.T) {
 }
 
 func TestDoorObserveModeAllowsAndRecords(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	d := startDoor(t, l.policyFor("observe", []string{"web.test"}, []string{"secret.web.test"}), "",
 		l.Resolver(), Pin("api2.test", l.Web.Addr), Pin("secret.web.test", l.Web.Addr))
@@ -393,6 +404,7 @@ func TestDoorObserveModeAllowsAndRecords(t *testing.T) {
 }
 
 func TestDoorNeverResolvesDeniedNames(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newE2ELab(t)
 	d := startDoor(t, l.policyFor("enforce", []string{"web.test"}, []string{"leak.test"}), "", l.Resolver())
 
@@ -426,6 +438,7 @@ func TestDoorNeverResolvesDeniedNames(t *testing.T) {
 }
 
 func TestPolicyCheckExitCodesAndJSON(t *testing.T) {
+	testhosts.EndToEnd(t)
 	pol := writeFile(t, "p.hcl", `mode = "enforce"
 ports = [80, 443]
 allow = ["github.com"]

@@ -15,6 +15,7 @@ import (
 // Ways out through the door itself, each attempted from inside the wall of
 // the built binary, with the hosts recording what reaches them.
 func TestDoorRedTeamFromInsideTheWall(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newWallLab(t)
 	p := l.poster(t)

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -38,6 +39,12 @@ func TestMain(m *testing.M) {
 }
 
 func runTests(m *testing.M) int {
+	flag.Parse()
+	if testing.Short() {
+		// The pure tier alone: no binary is built, and every end-to-end
+		// test skips (testhosts.EndToEnd).
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "postern-e2e-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e: temp dir:", err)
@@ -58,6 +65,7 @@ func runTests(m *testing.M) int {
 // stderr and exit code.
 func runPostern(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
+	testhosts.EndToEnd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var o, e bytes.Buffer

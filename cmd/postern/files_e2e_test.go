@@ -107,6 +107,7 @@ func hostGit(t *testing.T, dir, home string, args ...string) (string, error) {
 }
 
 func TestWallNothingARunWritesIsObeyedOnTheHost(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	home := personHome(t)
@@ -202,6 +203,7 @@ func TestWallNothingARunWritesIsObeyedOnTheHost(t *testing.T) {
 }
 
 func TestWallRefusesWorkingDirectoriesThatAreNotProjects(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	home := personHome(t)
@@ -230,6 +232,7 @@ func TestWallRefusesWorkingDirectoriesThatAreNotProjects(t *testing.T) {
 }
 
 func TestWallLeavesNoSetuidFile(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	// A directory the unprivileged user can reach, as a shared one would be.
@@ -268,6 +271,7 @@ func TestWallLeavesNoSetuidFile(t *testing.T) {
 }
 
 func TestWallRecordsAreOutOfTheRunsReach(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	home := personHome(t)
@@ -327,6 +331,7 @@ func TestWallRecordsAreOutOfTheRunsReach(t *testing.T) {
 }
 
 func TestWallWritablePlacesAndKeepHome(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	home := personHome(t)
@@ -370,6 +375,7 @@ deny_read = ["~/.config/systemd"]
 // TestWallPidsLimit: a fork bomb inside a run stops at the run's limit, the
 // host still forks, and the next run starts.
 func TestWallPidsLimit(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
@@ -402,6 +408,7 @@ func TestWallPidsLimit(t *testing.T) {
 // the home's repository search; the search is gone, and a run started below
 // it reads it without waiting.
 func TestWallStartsWhereDotGitBlocks(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	home := personHome(t)
@@ -427,6 +434,7 @@ func TestWallStartsWhereDotGitBlocks(t *testing.T) {
 // agent that runs the next run outside the wall cannot be replaced, and no
 // setuid file is left.
 func TestRemoteRunsWriteByAllowList(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	agents := agentFiles(t, r.Remote.Home)
@@ -510,6 +518,7 @@ func TestRemoteRunsWriteByAllowList(t *testing.T) {
 // hold POSTERN_HOME, where it only shows at run time, is refused with its
 // position, before anything is spawned.
 func TestWallRefusesAWritablePlaceOverTheRecords(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	home := personHome(t)

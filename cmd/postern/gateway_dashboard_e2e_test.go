@@ -28,6 +28,7 @@ import (
 // after the page opened shown as it happens, and its allow button changing
 // the client's policy at the gateway.
 func TestGatewayDashboardInChromium(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr))

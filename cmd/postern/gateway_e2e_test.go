@@ -292,6 +292,7 @@ func (l *gatewayLab) gatewayPolicy() string {
 }
 
 func TestGatewayAttributesEachClientAndJudgesItByItsPolicy(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr))
@@ -366,6 +367,7 @@ func TestGatewayAttributesEachClientAndJudgesItByItsPolicy(t *testing.T) {
 }
 
 func TestGatewayRefusesMissingAndWrongCredentialsWith407(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr))
@@ -409,6 +411,7 @@ func TestGatewayRefusesMissingAndWrongCredentialsWith407(t *testing.T) {
 }
 
 func TestGatewayPatchCountsFromTheNextConnectionAndSurvivesRestart(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	home := t.TempDir()
@@ -530,6 +533,7 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 }
 
 func TestGatewayHardFloorHoldsForEveryClient(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr), Pin("meta.test", netipMust("169.254.169.254")))
@@ -571,6 +575,7 @@ func basicAuth(name, token string) string {
 }
 
 func TestGatewayAPIRefusesWithoutTokenAndExplainsBadRequests(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver())
@@ -622,6 +627,7 @@ func TestGatewayAPIRefusesWithoutTokenAndExplainsBadRequests(t *testing.T) {
 }
 
 func TestGatewayFollowStreamsAndMetricsCount(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr))
@@ -771,6 +777,7 @@ func dialCONNECT(t *testing.T, addr, target, creds string) net.Conn {
 }
 
 func TestGatewayWarnsLoudlyWhenItsAPIIsNotOnLoopback(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), "--api", "0.0.0.0:0")

@@ -17,6 +17,7 @@ import (
 // connection sent on to the gateway with alice's credentials, and judged
 // there by alice's policy.
 func TestGatewayJoinedRunIsJudgedByTheClientsPolicyThere(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr))
@@ -100,6 +101,7 @@ func TestGatewayJoinedRunIsJudgedByTheClientsPolicyThere(t *testing.T) {
 
 // The same option lets a door use an upstream proxy: here the gateway.
 func TestDoorSendsEveryConnectionOnToAnUpstreamProxy(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newGatewayLab(t)
 	g := startGateway(t, "", l.gatewayPolicy(), l.Resolver(), Pin("files.test", l.Files.Addr), Pin("web.test", l.Web.Addr), Pin("leak.test", l.Web.Addr))

@@ -207,6 +207,7 @@ func fetched(out string) (sha, status string) {
 }
 
 func TestInspectEndToEnd(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireTool(t, "curl", "curl")
 	testhosts.RequireTool(t, "python3", "python3-requests")
 	testhosts.RequireTool(t, "node", "nodejs")
@@ -428,6 +429,7 @@ func directCert(t *testing.T, addr netip.Addr, name, caFile string) []byte {
 // authority its clients trust, and CONNECT to an inspected host is served
 // request by request.
 func TestInspectThroughTheExplicitProxy(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireTool(t, "curl", "curl")
 	l := newInspectLab(t)
 	caOut := filepath.Join(t.TempDir(), "door-ca.pem")

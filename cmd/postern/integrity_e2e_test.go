@@ -217,6 +217,7 @@ func runDirect(t *testing.T, dir, script string) string {
 }
 
 func TestDataPathMatchesDirect(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	testhosts.RequireTool(t, "wget", "wget")
 	lab := testhosts.NewTestLab(t, "diff")
@@ -372,6 +373,7 @@ func realClientFetches(f *testhosts.Fixtures) []realClientFetch {
 // dumb and smart HTTP — against local servers on a test host, each with its
 // own integrity checks: through the explicit door, and inside the wall.
 func TestRealClientsThroughTheDoorAndTheWall(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	for _, tool := range [][2]string{{"nginx", "nginx"}, {"fcgiwrap", "fcgiwrap"}, {"dpkg-scanpackages", "dpkg-dev"}, {"git", "git"}} {
 		testhosts.RequireTool(t, tool[0], tool[1])

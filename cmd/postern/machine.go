@@ -9,42 +9,51 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 	"github.com/postern-dev/postern/records"
 	agent "github.com/postern-dev/postern/remote-agent"
 )
 
 // machineView is a machine with what was last measured about it.
 type machineView struct {
-	Name       string                `json:"name"`
-	SSH        string                `json:"ssh,omitempty"`
-	Labels     map[string]string     `json:"labels,omitempty"`
-	Lane       string                `json:"lane"`
-	Carry      string                `json:"carry"` // what a run would get now, "none" if refused
-	Measured   bool                  `json:"measured"`
-	MeasuredAt *time.Time            `json:"measured_at"`
-	OS         string                `json:"os,omitempty"`
-	Arch       string                `json:"arch,omitempty"`
-	Kernel     string                `json:"kernel,omitempty"`
-	Version    string                `json:"postern_version,omitempty"`
-	User       string                `json:"user,omitempty"`
-	TookMS     int64                 `json:"took_ms,omitempty"`
-	Rungs      map[string]probe.Rung `json:"rungs"`
+	Name string `json:"name"`
+	// SSH is the ssh destination, "" for local.
+	SSH        string                   `json:"ssh"`
+	Labels     map[string]string        `json:"labels"`
+	AgentDir   string                   `json:"agent_dir"` // "" is the default, ~/.cache/postern/agents
+	Lane       machine.Lane             `json:"lane"`
+	Carry      string                   `json:"carry"` // what a run would get now, "none" if refused
+	Measured   bool                     `json:"measured"`
+	MeasuredAt *time.Time               `json:"measured_at"`
+	OS         string                   `json:"os"`
+	Arch       string                   `json:"arch"`
+	Kernel     string                   `json:"kernel"`
+	Version    string                   `json:"postern_version"`
+	User       string                   `json:"user"`
+	TookMS     int64                    `json:"took_ms"`
+	Rungs      map[rung.Name]probe.Rung `json:"rungs"`
 	// Agents are what was measured over sftp of the agents installed there.
-	Agents []agent.FileState `json:"agents,omitempty"`
+	Agents []agent.FileState `json:"agents"`
 	// Env names the variables every run on the machine is given (names
 	// only: the values are postern's environment's at each run).
 	Env []string `json:"env"`
 }
 
 func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
-	v := machineView{Name: m.Name, SSH: m.SSH, Labels: m.Labels, Rungs: map[string]probe.Rung{}}
+	v := machineView{Name: m.Name, SSH: m.SSH, Labels: m.Labels, AgentDir: m.AgentDir, Rungs: map[rung.Name]probe.Rung{}, Agents: []agent.FileState{}}
+	if v.Labels == nil {
+		v.Labels = map[string]string{}
+	}
 	rec, err := store.Record(m.Name)
 	if err != nil && !errors.Is(err, records.ErrNotFound) {
 		return v, err
@@ -58,9 +67,11 @@ func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
 		v.Rungs = rec.Rungs
 	}
 	if !m.IsLocal() {
-		if v.Agents, err = store.Agents(m.Name); err != nil {
+		agents, err := store.Agents(m.Name)
+		if err != nil {
 			return v, err
 		}
+		v.Agents = append(v.Agents, agents...)
 	}
 	v.Env = append([]string{}, m.Env...)
 	v.Lane = m.Lane(goos)
@@ -72,11 +83,29 @@ func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
 	return v, nil
 }
 
-func printMachine(v machineView) error {
+// printMachine prints a machine and its rungs. With width > 0 each rung's
+// detail and remedy are shortened so that its row fits in width columns;
+// 0 prints them whole.
+func printMachine(v machineView, width int) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintf(tw, "machine\t%s\n", v.Name)
 	if v.SSH != "" {
 		fmt.Fprintf(tw, "ssh\t%s\n", v.SSH)
+	}
+	if len(v.Labels) > 0 {
+		keys := make([]string, 0, len(v.Labels))
+		for k := range v.Labels {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		pairs := make([]string, len(keys))
+		for i, k := range keys {
+			pairs[i] = k + "=" + v.Labels[k]
+		}
+		fmt.Fprintf(tw, "labels\t%s\n", strings.Join(pairs, ", "))
+	}
+	if v.AgentDir != "" {
+		fmt.Fprintf(tw, "agent dir\t%s\n", v.AgentDir)
 	}
 	fmt.Fprintf(tw, "lane\t%s\n", v.Lane)
 	fmt.Fprintf(tw, "carry\t%s\n", v.Carry)
@@ -96,15 +125,95 @@ func printMachine(v machineView) error {
 	}
 	fmt.Fprintln(tw, "\nRUNG\tRESULT\tDETAIL\tREMEDY")
 	names := make([]string, 0, len(v.Rungs))
-	for n := range v.Rungs {
-		names = append(names, n)
+	nameW, resultW := len("RUNG"), len("RESULT")
+	for n, g := range v.Rungs {
+		names = append(names, string(n))
+		nameW, resultW = max(nameW, len(string(n))), max(resultW, len(string(g.Result)))
 	}
 	sort.Strings(names)
-	for _, n := range names {
-		g := v.Rungs[n]
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n, g.Result, g.Detail, g.Remedy)
+	// Shortened, a row is at most width columns: the detail of a rung with
+	// a remedy gets up to three fifths of the room, the remedy the rest; a
+	// rung without one ends its row with its detail (no trailing padding).
+	room := max(width-nameW-resultW-4, 24)
+	detailW := 0
+	for _, g := range v.Rungs {
+		if g.Remedy != "" {
+			detailW = max(detailW, utf8.RuneCountInString(termtext.Printable(g.Detail)))
+		}
 	}
-	return tw.Flush()
+	detailW = min(detailW, room*3/5)
+	shortened := false
+	for _, n := range names {
+		g := v.Rungs[rung.Name(n)]
+		detail, remedy := termtext.Printable(g.Detail), termtext.Printable(g.Remedy)
+		if width > 0 {
+			d, r := cut(detail, room), ""
+			if remedy != "" {
+				d, r = cut(detail, detailW), cut(remedy, room-detailW-2)
+			}
+			shortened = shortened || d != detail || r != remedy
+			detail, remedy = d, r
+		}
+		if remedy == "" {
+			fmt.Fprintf(tw, "%s\t%s\t%s\n", n, g.Result, detail)
+			continue
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", n, g.Result, detail, remedy)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if shortened {
+		fmt.Printf("(details shortened to %d columns: 'postern machine show %s' and --json have them whole)\n", width, v.Name)
+	}
+	return nil
+}
+
+func cut(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	if n <= 1 {
+		return "…"
+	}
+	r := []rune(s)
+	return strings.TrimRight(string(r[:n-1]), " ") + "…"
+}
+
+// outputWidth is the terminal's width when stdout is one, else 120.
+func outputWidth() int {
+	if w, _, err := term.GetSize(int(os.Stdout.Fd())); err == nil && w > 0 {
+		return w
+	}
+	return 120
+}
+
+// printSummary is the one table measuring several machines ends with.
+func printSummary(views []machineView) error {
+	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tLANE\tCARRY\tTOOK\tRUNGS YES\tRUNGS NO")
+	for _, v := range views {
+		var yes, no []string
+		for n, g := range v.Rungs {
+			if g.Result == probe.Yes {
+				yes = append(yes, string(n))
+			} else {
+				no = append(no, string(n))
+			}
+		}
+		sort.Strings(yes)
+		sort.Strings(no)
+		nos := strings.Join(no, ",")
+		if nos == "" {
+			nos = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\n", v.Name, v.Lane, v.Carry, (time.Duration(v.TookMS) * time.Millisecond).String(), len(yes), nos)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Println("(each machine's rungs, detail and remedy: 'postern machine show NAME')")
+	return nil
 }
 
 func init() {
@@ -145,9 +254,9 @@ func init() {
 				var yes, no []string
 				for n, g := range v.Rungs {
 					if g.Result == probe.Yes {
-						yes = append(yes, n)
+						yes = append(yes, string(n))
 					} else {
-						no = append(no, n)
+						no = append(no, string(n))
 					}
 				}
 				sort.Strings(yes)
@@ -161,9 +270,10 @@ func init() {
 
 	var showJSON bool
 	show := &cobra.Command{
-		Use:   "show NAME",
-		Short: "Show a machine and its last measured record",
-		Args:  cobra.ExactArgs(1),
+		Use:               "show NAME",
+		Short:             "Show a machine and its last measured record",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeMachines,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, err := openStore()
 			if err != nil {
@@ -180,7 +290,7 @@ func init() {
 			if showJSON {
 				return writeJSON(os.Stdout, v)
 			}
-			if err := printMachine(v); err != nil {
+			if err := printMachine(v, 0); err != nil {
 				return err
 			}
 			return printKeptWorkspaces(os.Stdout, store, mm.Name)
@@ -198,6 +308,7 @@ func init() {
 Each rung is measured by doing it for real: create a user and network namespace, redirect a
 connection with nftables and read its original destination, over IPv4 and IPv6, ask Landlock its
 ABI. The record is the only thing that decides which wall a run gets. Without NAME, measures local.`,
+		ValidArgsFunction: completeMoreMachines,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, err := openStore()
 			if err != nil {
@@ -206,7 +317,7 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			// Remote machines are measured through their agent (machine_remote.go).
 			// Machines measured are printed even when others failed.
-			views, perr := probeMachines(cmd.Context(), store, args, probeAll, machine.SSHOptions{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}, logger)
+			views, perr := probeMachines(cmd.Context(), store, args, probeAll, withSSHConfig(sshclient.Options{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}), logger)
 			if len(views) == 0 {
 				return perr
 			}
@@ -216,15 +327,10 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 				}
 				return errors.Join(writeJSON(os.Stdout, views), perr)
 			}
-			for i, v := range views {
-				if i > 0 {
-					fmt.Println()
-				}
-				if err := printMachine(v); err != nil {
-					return err
-				}
+			if probeAll || len(args) > 1 {
+				return errors.Join(printSummary(views), perr)
 			}
-			return perr
+			return errors.Join(printMachine(views[0], outputWidth()), perr)
 		},
 	}
 	probeCmd.Flags().BoolVar(&probeJSON, "json", false, "print what was measured as JSON")
@@ -237,6 +343,8 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 		dest, identity, agentDir string
 		labels                   []string
 		envNames                 []string
+		addCheck, addTrust       bool
+		addConnectTimeout        time.Duration
 	)
 	add := &cobra.Command{
 		Use:   "add NAME --ssh DEST",
@@ -276,11 +384,21 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 			if _, err := machine.ParseDest(dest); err != nil {
 				return &exitError{2, err}
 			}
+			sshOpts := withSSHConfig(sshclient.Options{Identity: identity, TrustNewHostKey: addTrust, ConnectTimeout: addConnectTimeout})
+			res, err := sshclient.ResolveDest(cmd.Context(), dest, sshOpts, nil)
+			if err != nil {
+				return &exitError{2, fmt.Errorf("machine %s: %w", name, err)}
+			}
+			if addCheck {
+				if err := checkConnect(cmd.Context(), dest, sshOpts); err != nil {
+					return fmt.Errorf("machine %s: %w; it was not added", name, err)
+				}
+			}
 			mm := machine.Machine{Name: name, SSH: dest, Identity: identity, AgentDir: agentDir, Labels: lm, Env: envNames, AddedAt: time.Now().UTC()}
 			if err := store.PutMachine(mm); err != nil {
 				return err
 			}
-			fmt.Printf("added %s (%s); it is unmeasured: runs on it are refused until 'postern machine probe-confinement %s'\n", name, dest, name)
+			fmt.Printf("added %s (%s, %s); it is unmeasured: runs on it are refused until 'postern machine probe-confinement %s'\n", name, dest, resolvedText(res, addCheck), name)
 			return nil
 		},
 	}
@@ -288,21 +406,49 @@ ABI. The record is the only thing that decides which wall a run gets. Without NA
 	add.Flags().StringVar(&identity, "identity", "", "private key file")
 	add.Flags().StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
 	add.Flags().StringArrayVar(&envNames, "env", nil, "pass the variable NAME to every run on the machine, its value taken from postern's environment at each run; names only, never stored with a value (repeatable)")
+	add.Flags().BoolVar(&addCheck, "check", false, "also connect and log in over ssh before adding it")
+	add.Flags().BoolVar(&addTrust, "trust-new-host-key", false, "with --check: accept and record the host key of a machine known_hosts does not list yet")
+	add.Flags().DurationVar(&addConnectTimeout, "connect-timeout", 0, "with --check: bound on the ssh connect and handshake (default: the ssh config's ConnectTimeout, else 15s)")
 	add.Flags().StringVar(&agentDir, "agent-dir", "", "directory on the machine for postern's agent (default ~/.cache/postern/agents); use one that allows executables")
 
+	var rmClean, rmTrust bool
 	rm := &cobra.Command{
 		Use:   "rm NAME",
-		Short: "Remove a machine and its record",
-		Args:  cobra.ExactArgs(1),
+		Short: "Remove a machine and its record (--clean: and what postern left on it)",
+		Long: `Remove a machine and its record. What postern installed there stays unless --clean is
+given: then the machine's agents and probe images are removed first, as 'postern machine clean'
+does, and the machine is forgotten only once that worked.`,
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeMachines,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, err := openStore()
 			if err != nil {
 				return err
 			}
-			return store.RemoveMachine(args[0])
+			mm, err := store.Machine(args[0])
+			if err != nil {
+				return err
+			}
+			if rmClean && !mm.IsLocal() {
+				found, err := cleanMachine(cmd, store, mm, false, rmTrust)
+				printLeftovers(os.Stdout, mm.Name, found, false)
+				if err != nil {
+					return fmt.Errorf("%w; %s is still known: mend that and run 'postern machine rm --clean %s' again, or 'postern machine rm %s' to forget it as it is", err, mm.Name, mm.Name, mm.Name)
+				}
+			}
+			if err := store.RemoveMachine(mm.Name); err != nil {
+				return err
+			}
+			fmt.Printf("removed %s\n", mm.Name)
+			if !rmClean && !mm.IsLocal() {
+				fmt.Fprintf(os.Stderr, "postern: what postern installed on %s stays there (its agents, about 12 MB each); 'postern machine rm --clean %s' removes it with the machine\n", mm.Name, mm.Name)
+			}
+			return nil
 		},
 	}
+	rm.Flags().BoolVar(&rmClean, "clean", false, "first remove the machine's agents and probe images, as 'postern machine clean' does")
+	rm.Flags().BoolVar(&rmTrust, "trust-new-host-key", false, "with --clean: accept and record the ssh host key of a machine known_hosts does not list yet")
 
-	m.AddCommand(list, show, probeCmd, add, rm, importCommand())
+	m.AddCommand(list, show, probeCmd, add, rm, importCommand(), cleanCommand())
 	rootCmd.AddCommand(m)
 }

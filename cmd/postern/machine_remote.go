@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,106 +13,33 @@ import (
 
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/machine"
-	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/records"
 )
 
 // probeMachines measures the named machines (local by default, every machine with
-// all), each where it is: local in process, remote through its agent. Several are
-// measured at once, with a line on stderr as each starts and ends.
-func probeMachines(ctx context.Context, store *records.Store, names []string, all bool, sshOpts machine.SSHOptions, logger *slog.Logger) ([]machineView, error) {
-	var ms []machine.Machine
-	switch {
-	case all:
-		if len(names) > 0 {
-			return nil, &exitError{2, errors.New("give machine names or --all, not both")}
-		}
-		var err error
-		if ms, err = store.Machines(); err != nil {
-			return nil, err
-		}
-	case len(names) == 0:
-		names = []string{machine.Local}
-		fallthrough
-	default:
-		for _, n := range names {
-			m, err := store.Machine(n)
-			if err != nil {
-				if errors.Is(err, records.ErrNotFound) {
-					return nil, fmt.Errorf("machine %q is not known: add it with 'postern machine add %s --ssh DEST'", n, n)
-				}
-				return nil, err
-			}
-			ms = append(ms, m)
-		}
+// all) and shows each one measured; see dispatch.ProbeMachines.
+func probeMachines(ctx context.Context, store *records.Store, names []string, all bool, sshOpts sshclient.Options, logger *slog.Logger) ([]machineView, error) {
+	p := dispatch.Probe{Names: names, All: all, SSH: sshOpts, Version: version, Logger: logger, Log: os.Stderr}
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		p.Progress = os.Stderr
 	}
-	several := len(ms) > 1
-	progress := (*os.File)(nil)
-	if !several && term.IsTerminal(int(os.Stderr.Fd())) {
-		progress = os.Stderr
+	measured, err := dispatch.ProbeMachines(ctx, store, p)
+	if errors.Is(err, dispatch.ErrNamesAndAll) {
+		return nil, &exitError{2, err}
 	}
-	type result struct {
-		rec *probe.Record
-		err error
-	}
-	results := make([]result, len(ms))
-	var wg sync.WaitGroup
-	for i, m := range ms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			start := time.Now()
-			if several {
-				fmt.Fprintf(os.Stderr, "postern: measuring %s …\n", m.Name)
-			}
-			var rec *probe.Record
-			var err error
-			if m.IsLocal() {
-				rec, err = probe.Run(ctx, probe.Options{Name: m.Name, Version: version, Logger: logger})
-			} else {
-				ssh := sshOpts
-				ssh.Logger = logger
-				r := dispatch.Remote{SSH: ssh, Agents: store, Warn: os.Stderr}
-				if progress != nil {
-					r.Progress = progress
-				}
-				rec, err = dispatch.ProbeRemote(ctx, m, r)
-			}
-			if err == nil {
-				err = store.PutRecord(rec)
-			}
-			results[i] = result{rec, err}
-			if several {
-				if err != nil {
-					fmt.Fprintf(os.Stderr, "postern: %s: failed after %s: %v\n", m.Name, time.Since(start).Round(time.Millisecond), err)
-				} else {
-					fmt.Fprintf(os.Stderr, "postern: %s: measured in %s\n", m.Name, time.Since(start).Round(time.Millisecond))
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	errs := []error{err}
 	var views []machineView
-	var errs []error
-	var failed []string
-	for i, m := range ms {
-		if results[i].err != nil {
-			failed = append(failed, m.Name)
-			if !several {
-				errs = append(errs, fmt.Errorf("measure %s: %w", m.Name, results[i].err))
-			}
+	for _, r := range measured {
+		if r.Err != nil {
 			continue
 		}
-		v, err := viewMachine(store, m)
+		v, err := viewMachine(store, r.Machine)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		views = append(views, v)
-	}
-	if several && len(failed) > 0 {
-		// Each failure was told on its own line above.
-		errs = append(errs, fmt.Errorf("%d of %d machines could not be measured: %s; their records, if any, are unchanged", len(failed), len(ms), strings.Join(failed, ", ")))
 	}
 	return views, errors.Join(errs...)
 }

@@ -73,6 +73,7 @@ func checkNoPanic(t *testing.T, stderr string) {
 }
 
 func TestRecordsDamagedStoreIsNamedNeverWiped(t *testing.T) {
+	testhosts.EndToEnd(t)
 	// A store with a machine in it, to damage in several ways.
 	tmpl := t.TempDir()
 	if _, e, code := (poster{Home: tmpl}).do(t, "machine", "add", "gpu1", "--ssh", "root@10.255.255.1"); code != 0 {
@@ -119,6 +120,7 @@ func TestRecordsDamagedStoreIsNamedNeverWiped(t *testing.T) {
 }
 
 func TestRecordsWithoutPermission(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	home, err := os.MkdirTemp("", "postern-records-perm-")
 	if err != nil {
@@ -154,6 +156,7 @@ func TestRecordsWithoutPermission(t *testing.T) {
 // A store another process holds is an error naming it after the lock timeout,
 // for each command; a holder that was killed holds nothing.
 func TestRecordsLockedStore(t *testing.T) {
+	testhosts.EndToEnd(t)
 	home := t.TempDir()
 	if _, e, code := (poster{Home: home}).do(t, "runs", "list"); code != 0 {
 		t.Fatalf("runs list: %s", e)
@@ -214,6 +217,7 @@ func (p poster) do(t *testing.T, args ...string) (stdout, stderr string, code in
 // Emptied from outside while a run goes on, the store is not made afresh:
 // postern says the record could not be written, with its own failure status.
 func TestRecordsEmptiedByTheRun(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	dir := t.TempDir()
 	home := filepath.Join(dir, "postern-home")
@@ -308,6 +312,7 @@ func runEvents(t *testing.T, p poster, id string) []door.Event {
 // A flood of lookups of denied names grows the records by a bounded amount,
 // while the run record counts every one.
 func TestRecordsDNSFloodIsBounded(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	if _, err := exec.LookPath("dig"); err != nil {
 		t.Fatalf("dig is the real client of this test (apt-get install dnsutils): %v", err)
@@ -400,6 +405,7 @@ var notRecordedLine = regexp.MustCompile(`(?m)^postern: events of run (\S+) are 
 // A POSTERN_HOME that fills up during a run: the wall holds, postern says so
 // at once in one line, and the run record is written with its counts right.
 func TestRecordsHomeFullDuringRun(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	if _, err := exec.LookPath("dig"); err != nil {
 		t.Fatalf("dig is the real client of this test (apt-get install dnsutils): %v", err)
@@ -438,6 +444,7 @@ func TestRecordsHomeFullDuringRun(t *testing.T) {
 // read-only during the run), postern says so and exits with its own failure
 // status, not the run's.
 func TestRecordsFinalRecordUnwritable(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	home := mountTmpfs(t, "4m")
 	copyStore(t, measuredHome(t), home)

@@ -97,6 +97,17 @@ func keygen(t testing.TB, path string) {
 
 func (c *controller) sshFile(name string) string { return filepath.Join(c.Home, ".ssh", name) }
 
+// workDir is a directory of the person's under the home, where postern is
+// started from.
+func (c *controller) workDir(t testing.TB) string {
+	t.Helper()
+	d := filepath.Join(c.Home, "work")
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
 // writeSSH writes a file under ~/.ssh.
 func (c *controller) writeSSH(t testing.TB, name, content string) {
 	t.Helper()
@@ -138,9 +149,10 @@ func (c *controller) postern(t testing.TB, args ...string) (stdout, stderr strin
 	cmd := exec.CommandContext(ctx, posternBin, args...)
 	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.Env = c.env()
-	// The person's home, not this source tree: a run started in a git work
-	// tree would take it along (see workspace_e2e_test.go).
-	cmd.Dir = c.Home
+	// A directory of the person's, not this source tree (a run started in
+	// a git work tree would take it along, see workspace_e2e_test.go), nor
+	// the home itself (a local walled run never works in the home).
+	cmd.Dir = c.workDir(t)
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
@@ -165,6 +177,17 @@ func (c *controller) mustPostern(t testing.TB, args ...string) string {
 
 // startSSHD runs sshd inside h, listening on listen:22, letting pub log in as root.
 func startSSHD(t testing.TB, h *testhosts.Host, listen netip.Addr, pub string) *sshHost {
+	t.Helper()
+	return startSSHDWith(t, h, listen, pub, sshdOptions{})
+}
+
+// sshdOptions change the test sshd's configuration.
+type sshdOptions struct {
+	NoSFTP bool     // no Subsystem sftp line: the remote has no sftp
+	Env    []string // more NAME=VALUE for sessions (SetEnv)
+}
+
+func startSSHDWith(t testing.TB, h *testhosts.Host, listen netip.Addr, pub string, o sshdOptions) *sshHost {
 	t.Helper()
 	if _, err := os.Stat("/usr/sbin/sshd"); err != nil {
 		t.Fatalf("OpenSSH sshd is needed for remote tests (apt-get install openssh-server): %v", err)
@@ -222,6 +245,12 @@ SetEnv HOME=%s
 PrintMotd no
 LogLevel ERROR
 `, listen, hostKey, hostKey, s.UserCA, filepath.Join(dir, "sshd.pid"), auth, s.Home)
+	if o.NoSFTP {
+		cfg = strings.Replace(cfg, "Subsystem sftp internal-sftp\n", "", 1)
+	}
+	if len(o.Env) > 0 {
+		cfg = strings.Replace(cfg, "SetEnv HOME="+s.Home, "SetEnv HOME="+s.Home+" "+strings.Join(o.Env, " "), 1)
+	}
 	if err := os.WriteFile(conf, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -302,6 +331,11 @@ type remoteLab struct {
 
 func newRemoteLab(t testing.TB) *remoteLab {
 	t.Helper()
+	return newRemoteLabWith(t, sshdOptions{})
+}
+
+func newRemoteLabWith(t testing.TB, o sshdOptions) *remoteLab {
+	t.Helper()
 	lab := testhosts.NewTestLab(t, "remote")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -323,7 +357,7 @@ func newRemoteLab(t testing.TB) *remoteLab {
 	if r.DNS, err = remote.ServeDNS(53, map[string][]netip.Addr{"upstream.test": {r.Link.AddrB}}); err != nil {
 		t.Fatal(err)
 	}
-	r.Remote = startSSHD(t, remote, remote.Addr, r.C.Pub)
+	r.Remote = startSSHDWith(t, remote, remote.Addr, r.C.Pub, o)
 	return r
 }
 
@@ -367,6 +401,7 @@ func lastRun(t testing.TB, c *controller) records.Run {
 }
 
 func TestRemoteUnmeasuredIsRefused(t *testing.T) {
+	testhosts.EndToEnd(t)
 	c := newController(t)
 	c.mustPostern(t, "machine", "add", "far", "--ssh", "root@10.255.255.1")
 	_, stderr, code := c.postern(t, "run", "--machine", "far", "--", "true")
@@ -376,6 +411,7 @@ func TestRemoteUnmeasuredIsRefused(t *testing.T) {
 }
 
 func TestRemoteRunReachesUpstreamThroughItsDoor(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	show := r.C.mustPostern(t, "machine", "show", "far", "--json")
@@ -461,6 +497,7 @@ func TestRemoteRunReachesUpstreamThroughItsDoor(t *testing.T) {
 // with a port no policy lists), a warning, and a record that says so — on a
 // machine never measured, as a local open run needs no measurement either.
 func TestRemoteEgressOpen(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.C.writeSSH(t, "config", fmt.Sprintf("Host far-alias\n  HostName %s\n  User root\n  IdentityFile ~/.ssh/id_ed25519\n", r.Remote.Addr))
 	r.C.trust(t, r.Remote.Addr.String(), r.Remote.HostPub)
@@ -489,6 +526,7 @@ func TestRemoteEgressOpen(t *testing.T) {
 }
 
 func TestRemoteAgentReusedAndReinstalledWhenDamaged(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	files := agentFiles(t, r.Remote.Home)
@@ -557,6 +595,7 @@ func sha256File(t testing.TB, p string) string {
 }
 
 func TestRemoteHostKeys(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	c := r.C
 	addr := r.Remote.Addr.String()
@@ -614,6 +653,7 @@ func TestRemoteHostKeys(t *testing.T) {
 // TestRemoteUserCertificate logs in with a key sshd knows only through the
 // certificate its CA signed, found beside the identity file as ssh finds it.
 func TestRemoteUserCertificate(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	c := r.C
 	addr := r.Remote.Addr.String()
@@ -678,6 +718,7 @@ func newJumpLab(t *testing.T, name string) *jumpLab {
 }
 
 func TestRemoteProxyJump(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newJumpLab(t, "jump")
 	c := l.C
 	c.writeSSH(t, "config", fmt.Sprintf(`Include conf.d/*
@@ -704,6 +745,7 @@ Host bastion
 // ssh stream), as a bastion or a cloud's session manager would: the machine is
 // probed, runs there, and a ProxyCommand that fails says why in its own words.
 func TestRemoteProxyCommand(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newJumpLab(t, "pcmd")
 	c := l.C
 	c.writeSSH(t, "config", fmt.Sprintf(`Host behind
@@ -737,12 +779,14 @@ Host broken
 }
 
 func TestRemoteControllerKilledLeavesNothing(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	// sleep takes 300.NNNNNN: a number that names this run alone.
 	marker := fmt.Sprintf("%03d%03d", time.Now().UnixNano()%1000, os.Getpid()%1000)
 	cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sleep", "300."+marker)
 	cmd.Env = r.C.env()
+	cmd.Dir = r.C.workDir(t) // not this source tree, which the run would take along
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -793,6 +837,7 @@ func waitUntil(t testing.TB, d time.Duration, what string, cond func() bool) {
 // real one: the controller checks the file over sftp before starting it, so
 // the script is never run; the agent is installed again and the person told.
 func TestRemoteAgentSwappedIsNotRun(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	files := agentFiles(t, r.Remote.Home)

@@ -46,6 +46,7 @@ func (c *controller) startOnPTY(t *testing.T, rows, cols uint16, args ...string)
 	p := &ptyProc{master: master, waited: make(chan struct{}), read: make(chan struct{})}
 	p.cmd = exec.Command(posternBin, args...)
 	p.cmd.Env = append(c.env(), "TERM=xterm-remote-test")
+	p.cmd.Dir = c.workDir(t) // not this source tree, which a remote run would take along
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = slave, slave, slave
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := p.cmd.Start(); err != nil {
@@ -135,6 +136,7 @@ func (p *ptyProc) exit(t *testing.T, d time.Duration) int {
 // of the person's size and TERM, a resize reaches it, and Ctrl-C typed here
 // interrupts it there, with the status saying so.
 func TestRemoteTerminal(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	// The same with no wall (--egress-open): the command gets the terminal
@@ -304,6 +306,7 @@ func sshdTree(root int) []int {
 // wall down within 5 seconds, leaving no process or namespace of the run, and
 // the controller marks the run lost and says so.
 func TestRemoteConnectionDropped(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 
@@ -312,6 +315,7 @@ func TestRemoteConnectionDropped(t *testing.T) {
 		pattern := "^sleep 300." + marker + "$" // the run's own sleep, not the command lines naming it
 		cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sh", "-c", "sleep 300."+marker+"; echo NOT-KILLED")
 		cmd.Env = r.C.env()
+		cmd.Dir = r.C.workDir(t) // not this source tree, which the run would take along
 		var stdout, stderr lockedLog
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
@@ -427,6 +431,7 @@ func alive(pid int) bool {
 // (they stay unmeasured, and runs on them are refused), rejects a bad inventory
 // with the place of the mistake, and measures every machine at once.
 func TestRemoteInventoryImportAndProbeAll(t *testing.T) {
+	testhosts.EndToEnd(t)
 	lab := testhosts.NewTestLab(t, "inv")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -598,6 +603,7 @@ func startSSHAgent(t *testing.T, key string) string {
 // TestRemoteSSHAgent logs in with a key that only the ssh agent holds: no
 // IdentityFile in the config and no key file in ~/.ssh.
 func TestRemoteSSHAgent(t *testing.T) {
+	testhosts.EndToEnd(t)
 	lab := testhosts.NewTestLab(t, "agent")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

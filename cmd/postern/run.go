@@ -90,8 +90,10 @@ not found; 255 the connection to the run's machine was lost.`,
 			spec.Env = os.Environ()
 			spec.Stdin, spec.Stdout, spec.Stderr = os.Stdin, os.Stdout, os.Stderr
 			spec.Signals = sigs
+			spec.Remote.SSH = withSSHConfig(spec.Remote.SSH)
 			spec.Warn = rep.warnings()
 			spec.Logger = rep.logger()
+			spec.Remote.Version = version
 			spec.OnStart = rep.start
 			spec.OnEvent = rep.event
 			if jsonOut {

@@ -98,7 +98,7 @@ func (r *runReport) line(format string, args ...any) {
 // start says the run is starting.
 func (r *runReport) start(run *records.Run) {
 	if r.json {
-		r.emit(startObject{Event: "start", ID: run.ID, Machine: run.Machine, Lane: run.Lane, Carry: run.Carry,
+		r.emit(startObject{Event: "start", ID: run.ID, Machine: run.Machine, Lane: string(run.Lane), Carry: run.Carry,
 			Policy: run.Policy, Mode: run.Mode, Env: nonNil(run.EnvNames)})
 		return
 	}
@@ -125,7 +125,7 @@ func (r *runReport) event(ev door.Event) {
 	if ev.Method != "" {
 		target = ev.Method + " " + ev.Path + " on " + target
 	}
-	r.emit(denialObject{Event: "denial", ID: ev.Run, Kind: ev.Kind, Target: termtext.Printable(target),
+	r.emit(denialObject{Event: "denial", ID: ev.Run, Kind: string(ev.Kind), Target: termtext.Printable(target),
 		Reason: termtext.Printable(ev.Reason), WouldDeny: ev.WouldDeny, Repeats: ev.Repeats})
 }
 

@@ -23,6 +23,7 @@ func init() {
 
 	var (
 		listJSON     bool
+		filter       runFilter
 		listDispatch string
 	)
 	list := &cobra.Command{
@@ -43,26 +44,39 @@ func init() {
 					return err
 				}
 			}
+			now := time.Now()
+			if rs, err = filter.apply(rs, now); err != nil {
+				return &exitError{2, err}
+			}
 			if listJSON {
 				return writeJSON(os.Stdout, rs)
 			}
 			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tMACHINE\tCARRY\tSTATE\tEXIT\tALLOWED\tDENIED\tSTARTED\tCOMMAND")
+			fmt.Fprintln(tw, "ID\tMACHINE\tCARRY\tSTATE\tEXIT\tALLOWED\tDENIED\tSTARTED\tDURATION\tCOMMAND")
 			for _, r := range rs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\n", r.ID, r.Machine, r.Carry, r.State, exitText(r),
-					r.Allowed, r.Denied, r.StartedAt.Local().Format(time.DateTime), strings.Join(r.Command, " "))
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\n", r.ID, r.Machine, r.Carry, r.State, exitText(r),
+					r.Allowed, r.Denied, r.StartedAt.Local().Format(time.DateTime), durationText(r, now), termtext.Printable(strings.Join(r.Command, " ")))
 			}
 			return tw.Flush()
 		},
 	}
 	list.Flags().BoolVar(&listJSON, "json", false, "print a JSON array")
+	list.Flags().StringVar(&filter.machine, "machine", "", "only runs on this machine")
+	list.Flags().StringVar(&filter.state, "state", "", "only runs in this state: "+strings.Join(runStates, ", "))
+	list.Flags().StringVar(&filter.since, "since", "", "only runs started since: a duration back from now (2h, 30m) or a time (2026-12-01 15:04)")
+	list.Flags().IntVar(&filter.limit, "limit", 0, "only the newest N runs (still listed oldest first)")
+	_ = list.RegisterFlagCompletionFunc("machine", func(cmd *cobra.Command, args []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		return completeMachines(cmd, nil, toComplete)
+	})
+	_ = list.RegisterFlagCompletionFunc("state", cobra.FixedCompletions(runStates, cobra.ShellCompDirectiveNoFileComp))
 	list.Flags().StringVar(&listDispatch, "dispatch", "", "only the runs of this dispatch (a unique prefix of its id is enough)")
 
 	var showJSON bool
 	show := &cobra.Command{
-		Use:   "show ID",
-		Short: "Show one run (a unique prefix of its id is enough)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "show ID",
+		Short:             "Show one run (a unique prefix of its id is enough)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, err := openStore()
 			if err != nil {
@@ -83,7 +97,7 @@ func init() {
 			}
 			row("id", r.ID)
 			row("machine", r.Machine)
-			row("lane", r.Lane)
+			row("lane", string(r.Lane))
 			row("carry", r.Carry)
 			row("state", r.State)
 			row("exit", exitText(r))
@@ -92,6 +106,13 @@ func init() {
 			row("task", r.Task)
 			row("dir", r.Dir)
 			row("policy", r.Policy)
+			if r.PolicySHA256 != "" {
+				cut := ""
+				if r.PolicyTextCut {
+					cut = fmt.Sprintf(" (its text kept up to %d KiB)", records.MaxPolicyText>>10)
+				}
+				row("policy sha256", r.PolicySHA256+cut)
+			}
 			row("mode", r.Mode)
 			row("egress open", r.EgressOpenReason)
 			row("network", r.Network)
@@ -101,6 +122,9 @@ func init() {
 					held = "not held: " + r.Seal.Why
 				}
 				row("seal", fmt.Sprintf("guardrail %s, %s", r.Seal.Guardrail, held))
+			}
+			if r.RunPid > 0 {
+				row("pid", fmt.Sprintf("%d on %s", r.RunPid, r.Machine))
 			}
 			row("started", r.StartedAt.Local().Format(time.RFC3339))
 			if !r.EndedAt.IsZero() {
@@ -132,9 +156,10 @@ func init() {
 		follow bool
 	)
 	events := &cobra.Command{
-		Use:   "events ID",
-		Short: "Print a run's events (--follow to keep printing while it runs)",
-		Args:  cobra.ExactArgs(1),
+		Use:               "events ID",
+		Short:             "Print a run's events (--follow to keep printing while it runs)",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			store, err := openStore()
 			if err != nil {
@@ -147,7 +172,7 @@ func init() {
 			return printEvents(cmd.Context(), store, r.ID, os.Stdout, evJSON, follow)
 		},
 	}
-	events.Flags().BoolVar(&evJSON, "json", false, "print JSON lines, as the door does")
+	events.Flags().BoolVar(&evJSON, "json", false, "print JSON lines, as the door does, each with every key")
 	events.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new events until the run ends")
 
 	runs.AddCommand(list, show, events, runsLogsCmd())
@@ -175,8 +200,16 @@ func printEvents(ctx context.Context, store *records.Store, id string, w io.Writ
 		seq    uint64
 		header bool
 	)
-	enc := json.NewEncoder(w)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	// Following, rows come a few at a time: columns of fixed widths (that
+	// only grow) keep them under the header; otherwise all rows are aligned
+	// at once.
+	var tw interface {
+		io.Writer
+		Flush() error
+	} = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	if follow {
+		tw = newColumns(w, eventWidths)
+	}
 	for {
 		evs, next, err := store.Events(id, seq)
 		if err != nil {
@@ -185,13 +218,17 @@ func printEvents(ctx context.Context, store *records.Store, id string, w io.Writ
 		seq = next
 		for _, ev := range evs {
 			if asJSON {
-				if err := enc.Encode(ev); err != nil {
+				b, err := fullJSON(ev)
+				if err != nil {
+					return err
+				}
+				if _, err := w.Write(append(b, '\n')); err != nil {
 					return err
 				}
 				continue
 			}
 			if !header {
-				fmt.Fprintln(tw, "TIME\tEVENT\tKIND\tDECISION\tHOST\tPORT\tADDR\tREASON\tBYTES UP/DOWN")
+				fmt.Fprintln(tw, "TIME\tEVENT\tKIND\tDECISION\tHOST\tPORT\tADDR\tBYTES UP/DOWN\tREASON")
 				header = true
 			}
 			fmt.Fprintln(tw, eventRow(ev))
@@ -220,7 +257,7 @@ func printEvents(ctx context.Context, store *records.Store, id string, w io.Writ
 }
 
 func eventRow(ev door.Event) string {
-	decision := ev.Decision
+	decision := string(ev.Decision)
 	if ev.WouldDeny {
 		decision += " (would deny)"
 	}
@@ -242,5 +279,5 @@ func eventRow(ev door.Event) string {
 	}
 	// Host and reason can carry what the run sent: shown printable only.
 	return fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s", ev.Time.Local().Format("15:04:05.000"), ev.Event, ev.Kind, decision,
-		termtext.Printable(ev.Host), port, ev.Addr, termtext.Printable(reason), bytes)
+		termtext.Printable(ev.Host), port, ev.Addr, bytes, termtext.Printable(reason))
 }

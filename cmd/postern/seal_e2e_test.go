@@ -61,6 +61,7 @@ guardrail "model" {
 }
 
 func TestSealHeldOnTheLocalWall(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newWallLab(t)
 	g := startGuardrail(t)
@@ -137,6 +138,7 @@ func TestSealHeldOnTheLocalWall(t *testing.T) {
 }
 
 func TestSealNotHeldWhenTheGuardrailIsDown(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newWallLab(t)
 	// An address where nothing listens.
@@ -161,6 +163,7 @@ func TestSealNotHeldWhenTheGuardrailIsDown(t *testing.T) {
 }
 
 func TestSealNotHeldInAContainer(t *testing.T) {
+	testhosts.EndToEnd(t)
 	ctrSetup(t)
 	l := newWallLab(t)
 	g := startGuardrail(t)
@@ -177,6 +180,7 @@ func TestSealNotHeldInAContainer(t *testing.T) {
 }
 
 func TestSealHeldOnARemoteMachine(t *testing.T) {
+	testhosts.EndToEnd(t)
 	r := newRemoteLab(t)
 	r.addAndProbe(t, "far")
 	// The guardrail runs on the remote, beside the run, on its loopback.
@@ -211,6 +215,7 @@ guardrail "model" {
 }
 
 func TestNetworkNone(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	l := newWallLab(t)
 	p := l.poster(t)

@@ -40,6 +40,7 @@ var fakeV4 = netip.MustParsePrefix("198.18.0.0/15")
 // must fail sits next to an allowed request that must work, so a broken wall
 // or a broken lab cannot pass for a closed one.
 func TestWallEscapes(t *testing.T) {
+	testhosts.EndToEnd(t)
 	l := newWallLab(t)
 
 	// Every query that reached the resolver no run may use is a leak, whoever made it.
@@ -1119,6 +1120,7 @@ func testUnprivileged(t *testing.T, l *wallLab) {
 }
 
 func TestWallExitStatusPropagates(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
@@ -1142,6 +1144,7 @@ func TestWallExitStatusPropagates(t *testing.T) {
 }
 
 func TestWallRefusesNeverMeasuredMachine(t *testing.T) {
+	testhosts.EndToEnd(t)
 	t.Parallel()
 	p := poster{Home: t.TempDir(), Dir: t.TempDir()}
 	marker := filepath.Join(p.Dir, "spawned")
@@ -1170,6 +1173,7 @@ func TestWallRefusesNeverMeasuredMachine(t *testing.T) {
 }
 
 func TestWallEgressOpenNeedsAReason(t *testing.T) {
+	testhosts.EndToEnd(t)
 	t.Parallel()
 	p := poster{Home: t.TempDir(), Dir: t.TempDir()}
 	marker := filepath.Join(p.Dir, "spawned")
@@ -1210,6 +1214,7 @@ func TestWallEgressOpenNeedsAReason(t *testing.T) {
 }
 
 func TestWallInteractiveRunGetsATerminal(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
@@ -1317,6 +1322,7 @@ func (p poster) inTerminal(t *testing.T, rows, cols uint16, script string, onRea
 // that no namespace, descriptor, process or nftables table outlives them. It
 // is not parallel: nothing else of this package runs meanwhile.
 func TestWallRunsLeaveNothingBehind(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	n := 200
 	if testing.Short() {
@@ -1381,6 +1387,7 @@ func TestWallRunsLeaveNothingBehind(t *testing.T) {
 // be out of the run's reach, by its name and as /dev/tty, while the run still
 // gets terminals of its own.
 func TestWallHostTerminalsAreUnreachable(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
@@ -1516,6 +1523,7 @@ func hostPTY(t *testing.T) (master, slave *os.File, n int) {
 // the person types. The run writes to a terminal of its own, copied to the
 // person's.
 func TestWallStdoutTerminalIsNotReadable(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
@@ -1567,6 +1575,7 @@ func TestWallStdoutTerminalIsNotReadable(t *testing.T) {
 // jobserver leaves them) and checks, while the run is up, that no process but
 // postern itself holds it: not the wall's init, not the run.
 func TestWallCallersDescriptorsStayWithPostern(t *testing.T) {
+	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
 	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
 	leaked := filepath.Join(t.TempDir(), "callers-file")

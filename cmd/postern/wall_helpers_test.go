@@ -352,7 +352,7 @@ func (evs events) find(match func(door.Event) bool) (door.Event, bool) {
 // decision returns the decision of kind on host (and port, if not 0).
 func (evs events) decision(kind, host string, port uint16) (door.Event, bool) {
 	return evs.find(func(ev door.Event) bool {
-		return ev.Event == "decision" && ev.Kind == kind && ev.Host == host && (port == 0 || ev.Port == port)
+		return ev.Event == "decision" && string(ev.Kind) == kind && ev.Host == host && (port == 0 || ev.Port == port)
 	})
 }
 

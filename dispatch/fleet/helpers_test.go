@@ -11,14 +11,15 @@ import (
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 var t0 = time.Date(2026, 3, 14, 9, 26, 53, 0, time.UTC)
 
 // linuxRecord is a Linux machine's record that measured every rung of the
 // remote-linux lane yes, and the extra rungs given.
-func linuxRecord(name string, extra ...string) *probe.Record {
-	rec := &probe.Record{Name: name, OS: "linux", Arch: "amd64", Kernel: "6.12.0", MeasuredAt: t0.Add(-time.Hour), Rungs: map[string]probe.Rung{}}
+func linuxRecord(name string, extra ...rung.Name) *probe.Record {
+	rec := &probe.Record{Name: name, OS: "linux", Arch: "amd64", Kernel: "6.12.0", MeasuredAt: t0.Add(-time.Hour), Rungs: map[rung.Name]probe.Rung{}}
 	for _, r := range append(carry.Needs(machine.LaneRemoteLinux), extra...) {
 		rec.Rungs[r] = probe.Rung{Result: probe.Yes, Detail: "measured"}
 	}

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/postern-dev/postern/machine"
 )
 
 // State is where a task, an attempt or the dispatch stands.
@@ -62,9 +64,9 @@ type Record struct {
 
 // MachineRecord is one machine of the pool as the dispatch saw it.
 type MachineRecord struct {
-	Name  string `json:"name"`
-	Lane  string `json:"lane"`
-	Slots int    `json:"slots"`
+	Name  string       `json:"name"`
+	Lane  machine.Lane `json:"lane"`
+	Slots int          `json:"slots"`
 	// Takes is how many of the dispatch's tasks it can take (walls their
 	// lane, meets their needs); a machine that takes none adds no slots.
 	Takes int `json:"takes"`

@@ -5,7 +5,8 @@ import (
 	"time"
 
 	"github.com/postern-dev/postern/carry"
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
+	"github.com/postern-dev/postern/machine"
 )
 
 // Runner starts one attempt of a task on one machine: one run.
@@ -32,7 +33,7 @@ type Attempt struct {
 	// placed again after a loss.
 	Number  int
 	Machine Machine
-	Lane    string
+	Lane    machine.Lane
 	Carry   carry.Carry
 }
 
@@ -76,11 +77,11 @@ type RunEvent struct {
 
 // DenialOf is the denial a door event reports, if it reports one: a decision
 // that denied, or in observe mode would have denied, a connection.
-func DenialOf(ev door.Event) (Denial, bool) {
-	if ev.Event != "decision" || (ev.Decision != "deny" && !ev.WouldDeny) {
+func DenialOf(ev event.Event) (Denial, bool) {
+	if ev.Event != event.Decided || (ev.Decision != event.Deny && !ev.WouldDeny) {
 		return Denial{}, false
 	}
-	return Denial{Kind: ev.Kind, Host: ev.Host, Port: ev.Port, Reason: ev.Reason, WouldDeny: ev.WouldDeny, Repeats: ev.Repeats}, true
+	return Denial{Kind: string(ev.Kind), Host: ev.Host, Port: ev.Port, Reason: ev.Reason, WouldDeny: ev.WouldDeny, Repeats: ev.Repeats}, true
 }
 
 // Clock is the dispatch's time: the real one, or a test's.

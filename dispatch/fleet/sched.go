@@ -9,7 +9,7 @@ import (
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/machine"
-	"github.com/postern-dev/postern/probe"
+	"github.com/postern-dev/postern/probe/rung"
 )
 
 // Machine is a machine the dispatch may place runs on, with what was measured
@@ -18,7 +18,7 @@ type Machine struct {
 	machine.Machine
 	// Record is the machine's last measurement; nil if it was never
 	// measured. A walled task is placed only where it can wall the lane.
-	Record *probe.Record
+	Record *rung.Record
 	// Slots is the machine's own per_machine from the inventory; 0 takes the
 	// tasks file's. A machine block in the tasks file overrides both.
 	Slots int
@@ -73,7 +73,7 @@ func needFix(m string, missing []string) string {
 			v = "yes"
 		}
 		labels = append(labels, k+"="+v)
-		gpu = gpu || (k == probe.RungGPU && !ok)
+		gpu = gpu || (k == string(rung.GPU) && !ok)
 	}
 	fix := fmt.Sprintf("if it has them, run 'postern machine label %s %s'", m, strings.Join(labels, " "))
 	if gpu {
@@ -94,11 +94,11 @@ func (m Machine) Meets(need string) bool {
 	if ok {
 		return !strings.EqualFold(v, "no") && !strings.EqualFold(v, "false")
 	}
-	return key == probe.RungGPU && m.Record.Has(probe.RungGPU)
+	return key == string(rung.GPU) && m.Record.Has(rung.GPU)
 }
 
 // Lane is where a run on m goes, by what was measured of its OS.
-func (m Machine) Lane() string {
+func (m Machine) Lane() machine.Lane {
 	goos := ""
 	if m.Record != nil {
 		goos = m.Record.OS

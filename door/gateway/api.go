@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
@@ -287,7 +288,7 @@ func ParseFilter(q map[string][]string) (Filter, error) {
 	}
 	switch d := get("decision"); d {
 	case "", "allow", "deny":
-		f.Decision = d
+		f.Decision = event.Decision(d)
 	default:
 		return f, &BadRequestError{fmt.Sprintf("decision=%q: write decision=allow or decision=deny", d)}
 	}

@@ -6,14 +6,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 )
 
 // Record is one event as the API gives it: the door's event and its place
 // in the gateway's order.
 type Record struct {
 	Seq uint64 `json:"seq"`
-	door.Event
+	event.Event
 }
 
 // ring is a bounded list of a client's latest events, oldest first.
@@ -40,17 +40,17 @@ func (r *ring) each(f func(*Record)) {
 
 // Filter selects events; zero values select everything.
 type Filter struct {
-	Client   string    // only this client's
-	Decision string    // "allow" or "deny": only decisions with that verdict
-	AfterSeq uint64    // only events after this one
-	Since    time.Time // only events at or after this time
+	Client   string         // only this client's
+	Decision event.Decision // only decisions with that verdict
+	AfterSeq uint64         // only events after this one
+	Since    time.Time      // only events at or after this time
 }
 
 func (f Filter) match(r *Record) bool {
 	if f.Client != "" && r.Client != f.Client {
 		return false
 	}
-	if f.Decision != "" && (r.Event.Event != "decision" || r.Decision != f.Decision) {
+	if f.Decision != "" && (r.Event.Event != event.Decided || r.Decision != f.Decision) {
 		return false
 	}
 	if r.Seq <= f.AfterSeq {
@@ -86,7 +86,7 @@ func newEventStore(size int) *eventStore {
 }
 
 // add records ev; known says whether its client is one of the gateway's.
-func (s *eventStore) add(ev door.Event, known bool) Record {
+func (s *eventStore) add(ev event.Event, known bool) Record {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.seq++

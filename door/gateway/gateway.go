@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
@@ -45,7 +46,7 @@ type Config struct {
 	// changed by another process; zero means 250ms.
 	ReloadEvery time.Duration
 	// Emit, if set, also receives every event. It must not block for long.
-	Emit   func(door.Event)
+	Emit   func(event.Event)
 	Logger *slog.Logger
 	// DrainTimeout bounds how long open connections may go on once Run's
 	// context is done; zero means the door's default.
@@ -318,7 +319,7 @@ func (g *Gateway) authenticate(r *http.Request) (*door.Client, error) {
 
 // emit takes every event of the door: into the client's ring, the metrics,
 // the followers, and cfg.Emit.
-func (g *Gateway) emit(ev door.Event) {
+func (g *Gateway) emit(ev event.Event) {
 	g.mu.RLock()
 	_, known := g.clients[ev.Client]
 	g.mu.RUnlock()
@@ -326,7 +327,7 @@ func (g *Gateway) emit(ev door.Event) {
 	if known {
 		label = ev.Client
 	}
-	if ev.Event == "decision" && strings.Contains(ev.Reason, "this connection belongs to client") {
+	if ev.Event == event.Decided && strings.Contains(ev.Reason, "this connection belongs to client") {
 		g.metrics.authFailed(authOtherClient)
 	}
 	g.metrics.observe(ev, label)

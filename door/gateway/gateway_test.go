@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
@@ -18,10 +18,10 @@ import (
 func TestEventRingsAreBoundedPerClientAndFollowersMissNothing(t *testing.T) {
 	s := newEventStore(3)
 	for i := 0; i < 5; i++ {
-		s.add(door.Event{Event: "decision", Client: "alice", Decision: "allow", Host: "a"}, true)
+		s.add(event.Event{Event: "decision", Client: "alice", Decision: "allow", Host: "a"}, true)
 	}
-	s.add(door.Event{Event: "decision", Client: "bob", Decision: "deny"}, true)
-	s.add(door.Event{Event: "decision", Client: "mallory", Decision: "deny"}, false)
+	s.add(event.Event{Event: "decision", Client: "bob", Decision: "deny"}, true)
+	s.add(event.Event{Event: "decision", Client: "mallory", Decision: "deny"}, false)
 	got := s.query(Filter{Client: "alice"})
 	if len(got) != 3 || got[0].Seq != 3 || got[2].Seq != 5 {
 		t.Fatalf("alice's ring: %+v", got)
@@ -40,9 +40,9 @@ func TestEventRingsAreBoundedPerClientAndFollowersMissNothing(t *testing.T) {
 	if len(past) != 1 {
 		t.Fatalf("bob's past: %+v", past)
 	}
-	s.add(door.Event{Event: "decision", Client: "alice"}, true)
-	s.add(door.Event{Event: "decision", Client: "bob"}, true)
-	s.add(door.Event{Event: "decision", Client: "bob"}, true)
+	s.add(event.Event{Event: "decision", Client: "alice"}, true)
+	s.add(event.Event{Event: "decision", Client: "bob"}, true)
+	s.add(event.Event{Event: "decision", Client: "bob"}, true)
 	if r := <-fl.ch; r.Client != "bob" || r.Seq != 9 {
 		t.Fatalf("followed %+v", r)
 	}

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 )
 
 // judgeBuckets are the upper bounds, in seconds, of the judgement latency
@@ -42,13 +42,13 @@ func newMetrics() *metrics {
 }
 
 // observe counts one event; client is its label.
-func (m *metrics) observe(ev door.Event, client string) {
+func (m *metrics) observe(ev event.Event, client string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	switch ev.Event {
-	case "decision":
-		m.decisions[decisionKey{client, ev.Decision}]++
-		if ev.Kind == "connect" && ev.Decision == "allow" && ev.Addr != "" {
+	case event.Decided:
+		m.decisions[decisionKey{client, string(ev.Decision)}]++
+		if ev.Kind == event.Connect && ev.Decision == event.Allow && ev.Addr != "" {
 			if _, ok := m.tunnels[ev.Conn]; !ok {
 				m.tunnels[ev.Conn] = client
 			}
@@ -60,8 +60,8 @@ func (m *metrics) observe(ev door.Event, client string) {
 			m.judgeSum += s
 			m.judgeN++
 		}
-	case "end":
-		if ev.Kind == "connect" {
+	case event.Ended:
+		if ev.Kind == event.Connect {
 			delete(m.tunnels, ev.Conn)
 		}
 		m.bytesUp[client] += uint64(max(ev.BytesUp, 0))

@@ -16,6 +16,7 @@ var ErrNeedsRoot = errors.New("needs root: test hosts create network namespaces 
 // be skipped silently where it must run.
 func RequireRoot(t testing.TB) {
 	t.Helper()
+	Kernel(t)
 	if os.Geteuid() == 0 {
 		return
 	}

@@ -1,13 +1,13 @@
-package main
+package policy_test
 
 import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
-	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
-	"github.com/postern-dev/postern/records"
 )
 
 // TestPolicyFromEvents writes a policy from an observe run's events and holds
@@ -15,11 +15,11 @@ import (
 // (a subdomain through its parent, a private address a name led to through
 // allow_cidrs), and what it was refused — the floor, and a name a deny rule
 // covered — is not.
-func TestPolicyFromEvents(t *testing.T) {
-	ev := func(kind, host string, port uint16, addr, decision, reason string, wouldDeny bool) door.Event {
-		return door.Event{Event: "decision", Kind: kind, Host: host, Port: port, Addr: addr, Decision: decision, Reason: reason, WouldDeny: wouldDeny}
+func TestFromEvents(t *testing.T) {
+	ev := func(kind event.Kind, host string, port uint16, addr string, decision event.Decision, reason string, wouldDeny bool) event.Event {
+		return event.Event{Event: "decision", Kind: kind, Host: host, Port: port, Addr: addr, Decision: decision, Reason: reason, WouldDeny: wouldDeny}
 	}
-	evs := []door.Event{
+	evs := []event.Event{
 		ev("dns", "github.com", 0, "198.18.0.1", "allow", "allowed by rule", false),
 		ev("transparent", "github.com", 443, "140.82.112.3", "allow", "allowed by rule", false),
 		ev("transparent", "api.github.com", 443, "140.82.112.6", "allow", "allowed by rule", false),
@@ -38,8 +38,7 @@ func TestPolicyFromEvents(t *testing.T) {
 		ev("connect", "x\rallow = [\"evil.test\"]", 0, "", "deny", "bad connect target", false),
 		ev("transparent", "web.test", 443, "10.0.0.9", "deny", "TLS server_name \"a\nallow = [\\\"evil.test\\\"]\" does not match", false),
 	}
-	run := &records.Run{ID: "r1", Machine: "local", Mode: "observe", Command: []string{"agent", "--fix"}}
-	src := policyFromEvents(run, evs)
+	src := policy.FromEvents(policy.Origin{Run: "r1", Machine: "local", Mode: "observe", Command: []string{"agent", "--fix"}, At: time.Now()}, evs)
 	t.Logf("written:\n%s", src)
 	pol, err := policy.Parse("from-run.hcl", []byte(src))
 	if err != nil {
@@ -90,7 +89,7 @@ func TestPolicyFromEvents(t *testing.T) {
 // TestPolicyFromNoEvents: a run that reached nothing gives a policy that
 // allows nothing.
 func TestPolicyFromNoEvents(t *testing.T) {
-	src := policyFromEvents(&records.Run{ID: "r0", Machine: "local"}, nil)
+	src := policy.FromEvents(policy.Origin{Run: "r0", Machine: "local"}, nil)
 	pol, err := policy.Parse("from-run.hcl", []byte(src))
 	if err != nil {
 		t.Fatalf("%v\n%s", err, src)

@@ -1,4 +1,4 @@
-package machine
+package sshclient
 
 import (
 	"crypto/ed25519"

@@ -1,4 +1,4 @@
-package machine
+package sshclient
 
 import (
 	"bytes"
@@ -18,10 +18,12 @@ import (
 
 	"golang.org/x/crypto/ssh"
 	sshagent "golang.org/x/crypto/ssh/agent"
+
+	"github.com/postern-dev/postern/machine"
 )
 
-// SSHOptions say where the ssh configuration lives and how strict to be.
-type SSHOptions struct {
+// Options say where the ssh configuration lives and how strict to be.
+type Options struct {
 	// Home is the directory holding .ssh; "" is the user's home.
 	Home string
 	// ConfigFile is the ssh config; "" is Home/.ssh/config.
@@ -41,12 +43,12 @@ type SSHOptions struct {
 	Logger         *slog.Logger
 }
 
-// SSHClient is a connected ssh client, through any jump hosts. Close closes the
+// Client is a connected ssh client, through any jump hosts. Close closes the
 // whole chain.
-type SSHClient struct {
+type Client struct {
 	*ssh.Client
 	// Target is the resolved host this client is connected to.
-	Target SSHHost
+	Target machine.SSHHost
 
 	chain     []*ssh.Client // jump hosts, outermost first
 	stop      chan struct{}
@@ -55,7 +57,7 @@ type SSHClient struct {
 }
 
 // Close ends the connection and every jump connection under it. It is idempotent.
-func (c *SSHClient) Close() error {
+func (c *Client) Close() error {
 	var err error
 	c.closeOnce.Do(func() {
 		close(c.stop)
@@ -68,11 +70,11 @@ func (c *SSHClient) Close() error {
 	return err
 }
 
-// DialSSH connects to dest ([user@]host[:port] or a config alias) the way OpenSSH
+// Dial connects to dest ([user@]host[:port] or a config alias) the way OpenSSH
 // would: the config's HostName, User, Port, IdentityFile, IdentitiesOnly and
 // ProxyJump; keys from the ssh agent and identity files; known_hosts enforced.
-func DialSSH(ctx context.Context, dest string, opts SSHOptions) (*SSHClient, error) {
-	d, err := ParseDest(dest)
+func Dial(ctx context.Context, dest string, opts Options) (*Client, error) {
+	d, err := machine.ParseDest(dest)
 	if err != nil {
 		return nil, err
 	}
@@ -87,7 +89,7 @@ func DialSSH(ctx context.Context, dest string, opts SSHOptions) (*SSHClient, err
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	cfg, err := LoadSSHConfig(opts.ConfigFile, filepath.Join(opts.Home, ".ssh"))
+	cfg, err := machine.LoadSSHConfig(opts.ConfigFile, filepath.Join(opts.Home, ".ssh"))
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +108,7 @@ func DialSSH(ctx context.Context, dest string, opts SSHOptions) (*SSHClient, err
 const defaultConnectTimeout = 15 * time.Second
 
 // timeout is how long a connect and handshake to h may take.
-func (dl *dialer) timeout(h SSHHost) time.Duration {
+func (dl *dialer) timeout(h machine.SSHHost) time.Duration {
 	switch {
 	case dl.opts.ConnectTimeout > 0:
 		return dl.opts.ConnectTimeout
@@ -117,8 +119,8 @@ func (dl *dialer) timeout(h SSHHost) time.Duration {
 }
 
 type dialer struct {
-	opts      SSHOptions
-	cfg       *SSHConfig
+	opts      Options
+	cfg       *machine.SSHConfig
 	agent     []ssh.Signer
 	agentConn io.Closer
 }
@@ -126,7 +128,7 @@ type dialer struct {
 // maxJumps bounds ProxyJump chains (and catches loops).
 const maxJumps = 8
 
-func (dl *dialer) resolve(d Dest) SSHHost {
+func (dl *dialer) resolve(d machine.Dest) machine.SSHHost {
 	h := dl.cfg.Lookup(d.Host)
 	if d.User != "" {
 		h.User = d.User
@@ -143,7 +145,7 @@ func (dl *dialer) resolve(d Dest) SSHHost {
 	return h
 }
 
-func (dl *dialer) dial(ctx context.Context, d Dest, depth int) (*SSHClient, error) {
+func (dl *dialer) dial(ctx context.Context, d machine.Dest, depth int) (*Client, error) {
 	if depth > maxJumps {
 		return nil, fmt.Errorf("ProxyJump chain to %s is longer than %d hops (a loop in ~/.ssh/config?)", d, maxJumps)
 	}
@@ -160,12 +162,12 @@ func (dl *dialer) dial(ctx context.Context, d Dest, depth int) (*SSHClient, erro
 		// ssh -J a,b,c: connect to a, through it to b, through b to c, then to the target.
 		var via *ssh.Client
 		for _, hop := range strings.Split(h.ProxyJump, ",") {
-			hd, err := ParseDest(strings.TrimSpace(hop))
+			hd, err := machine.ParseDest(strings.TrimSpace(hop))
 			if err != nil {
 				closeAll(chain)
 				return nil, fmt.Errorf("ProxyJump of %s: %w", d, err)
 			}
-			var jc *SSHClient
+			var jc *Client
 			if via == nil {
 				jc, err = dl.dial(ctx, hd, depth+1)
 			} else {
@@ -187,7 +189,7 @@ func (dl *dialer) dial(ctx context.Context, d Dest, depth int) (*SSHClient, erro
 			return nil, fmt.Errorf("connect to %s through jump host %s: %w", addr, h.ProxyJump, err)
 		}
 	} else if h.ProxyCommand != "" && !strings.EqualFold(h.ProxyCommand, "none") {
-		pc, err := dialProxyCommand(expandTokens(h.ProxyCommand, h, localUser(), dl.opts.Home), addr)
+		pc, err := dialProxyCommand(h.Expand(h.ProxyCommand, localUser(), dl.opts.Home), addr)
 		if err != nil {
 			return nil, fmt.Errorf("connect to %s: %w", d, err)
 		}
@@ -217,8 +219,8 @@ func (dl *dialer) dial(ctx context.Context, d Dest, depth int) (*SSHClient, erro
 
 // client starts the keepalives of an ssh connection to h, reached through
 // chain (jump hosts, closed with it).
-func (dl *dialer) client(c *ssh.Client, h SSHHost, chain []*ssh.Client) *SSHClient {
-	sc := &SSHClient{Client: c, Target: h, chain: chain, stop: make(chan struct{})}
+func (dl *dialer) client(c *ssh.Client, h machine.SSHHost, chain []*ssh.Client) *Client {
+	sc := &Client{Client: c, Target: h, chain: chain, stop: make(chan struct{})}
 	interval := time.Duration(h.ServerAliveInterval) * time.Second
 	if interval <= 0 {
 		interval = 15 * time.Second
@@ -229,7 +231,7 @@ func (dl *dialer) client(c *ssh.Client, h SSHHost, chain []*ssh.Client) *SSHClie
 }
 
 // dialVia reaches a jump host through the previous one.
-func (dl *dialer) dialVia(ctx context.Context, via *ssh.Client, d Dest) (*SSHClient, error) {
+func (dl *dialer) dialVia(ctx context.Context, via *ssh.Client, d machine.Dest) (*Client, error) {
 	h := dl.resolve(d)
 	addr := net.JoinHostPort(h.HostName, strconv.Itoa(h.Port))
 	conf, err := dl.clientConfig(h, addr)
@@ -246,7 +248,7 @@ func (dl *dialer) dialVia(ctx context.Context, via *ssh.Client, d Dest) (*SSHCli
 	if err != nil {
 		return nil, err
 	}
-	return &SSHClient{Client: c, Target: h, stop: make(chan struct{})}, nil
+	return &Client{Client: c, Target: h, stop: make(chan struct{})}, nil
 }
 
 func (dl *dialer) handshake(ctx context.Context, conn net.Conn, addr string, conf *ssh.ClientConfig) (*ssh.Client, error) {
@@ -273,11 +275,11 @@ func (dl *dialer) handshake(ctx context.Context, conn net.Conn, addr string, con
 	return ssh.NewClient(cc, chans, reqs), nil
 }
 
-func (dl *dialer) clientConfig(h SSHHost, addr string) (*ssh.ClientConfig, error) {
+func (dl *dialer) clientConfig(h machine.SSHHost, addr string) (*ssh.ClientConfig, error) {
 	home := dl.opts.Home
 	known := dl.opts.KnownHostsFile
 	if known == "" && len(h.UserKnownHostsFiles) > 0 {
-		known = expandTokens(h.UserKnownHostsFiles[0], h, localUser(), home)
+		known = h.Expand(h.UserKnownHostsFiles[0], localUser(), home)
 	}
 	if known == "" {
 		known = filepath.Join(home, ".ssh", "known_hosts")
@@ -313,10 +315,10 @@ func (dl *dialer) clientConfig(h SSHHost, addr string) (*ssh.ClientConfig, error
 // certSigners are s with each certificate of its key: those CertificateFile
 // names and the one beside the identity file (FILE-cert.pub), as ssh loads
 // them. A certificate for another key is skipped.
-func certSigners(s ssh.Signer, file string, h SSHHost, home string) ([]ssh.Signer, error) {
+func certSigners(s ssh.Signer, file string, h machine.SSHHost, home string) ([]ssh.Signer, error) {
 	paths := []string{file + "-cert.pub"}
 	for _, c := range h.CertificateFiles {
-		paths = append(paths, expandTokens(c, h, localUser(), home))
+		paths = append(paths, h.Expand(c, localUser(), home))
 	}
 	var out []ssh.Signer
 	for _, p := range paths {
@@ -350,15 +352,15 @@ func certSigners(s ssh.Signer, file string, h SSHHost, home string) ([]ssh.Signe
 // signers are the keys offered to h: --identity, then IdentityFile (or the
 // default files), each after its certificates, then the agent's keys unless
 // IdentitiesOnly.
-func (dl *dialer) signers(h SSHHost) ([]ssh.Signer, error) {
+func (dl *dialer) signers(h machine.SSHHost) ([]ssh.Signer, error) {
 	home := dl.opts.Home
 	var files []string
 	if dl.opts.Identity != "" {
-		files = append(files, expandTildeIn(dl.opts.Identity, home))
+		files = append(files, machine.ExpandHome(dl.opts.Identity, home))
 	}
 	explicit := len(h.IdentityFiles) > 0
 	for _, f := range h.IdentityFiles {
-		files = append(files, expandTokens(f, h, localUser(), home))
+		files = append(files, h.Expand(f, localUser(), home))
 	}
 	if !explicit {
 		for _, n := range []string{"id_ed25519", "id_ecdsa", "id_rsa"} {
@@ -414,7 +416,7 @@ func agentSigners() ([]ssh.Signer, io.Closer, error) {
 	return signers, conn, nil
 }
 
-func (c *SSHClient) keepalive(interval time.Duration) {
+func (c *Client) keepalive(interval time.Duration) {
 	defer c.wg.Done()
 	t := time.NewTicker(interval)
 	defer t.Stop()
