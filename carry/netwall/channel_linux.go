@@ -49,9 +49,9 @@ type initConfig struct {
 	AllTCP  bool     `json:"all_tcp,omitempty"`
 	// NoNetwork: only lo, up, and nothing else: no routes, no listeners, no
 	// rules (Spec.NoNetwork).
-	NoNetwork bool `json:"no_network,omitempty"`
-	TTY       bool `json:"tty"`
-	Layout  layout   `json:"layout"`
+	NoNetwork bool   `json:"no_network,omitempty"`
+	TTY       bool   `json:"tty"`
+	Layout    layout `json:"layout"`
 	// NProc, when set, is the RLIMIT_NPROC the command starts with: the
 	// run's pids limit where no cgroup holds it.
 	NProc uint64 `json:"nproc,omitempty"`
