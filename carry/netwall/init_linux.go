@@ -45,6 +45,16 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 		return exitInitFailed
 	}
 	cfg := *m.Config
+	// Without a terminal to give it, the command's last stage starts now
+	// and waits while the wall goes up (see heldStage); within its limit.
+	var held *heldStage
+	if !cfg.TTY {
+		if werr := limitProcs(cfg.NProc); werr != nil {
+			_ = ctl.send(message{Type: msgError, Err: werr})
+			return exitInitFailed
+		}
+		held = startHeld(cfg)
+	}
 
 	files, view, werr := setup(cfg)
 	if werr != nil {
@@ -64,23 +74,21 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 		return exitInitFailed
 	}
 	var tty *runTerminal
-	if cfg.TTY {
+	var pid int
+	if held != nil {
+		pid, err = held.run()
+	} else {
 		if tty, err = openRunTerminal(); err != nil {
 			_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
 			return exitInitFailed
 		}
 		defer tty.restore()
-	}
-	if cfg.NProc > 0 {
-		// The command and all it starts count against it in the run's own
-		// user namespace (Linux 5.14 and later); the init is one of them.
-		lim := unix.Rlimit{Cur: cfg.NProc, Max: cfg.NProc}
-		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
-			_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: fmt.Sprintf("limit the run to %d processes: %v", cfg.NProc, err)}})
+		if werr := limitProcs(cfg.NProc); werr != nil {
+			_ = ctl.send(message{Type: msgError, Err: werr})
 			return exitInitFailed
 		}
+		pid, err = startCommand(cfg, tty)
 	}
-	pid, err := startCommand(cfg, tty)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
 		return exitInitFailed
@@ -98,6 +106,20 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 	ending := view.finish()
 	_ = ctl.send(message{Type: msgEnded, Ending: &ending})
 	return status
+}
+
+// limitProcs sets RLIMIT_NPROC to n, when n is not 0: the command and all
+// it starts count against it in the run's own user namespace (Linux 5.14
+// and later); the init is one of them.
+func limitProcs(n uint64) *wireError {
+	if n == 0 {
+		return nil
+	}
+	lim := unix.Rlimit{Cur: n, Max: n}
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+		return &wireError{Step: "start", Message: fmt.Sprintf("limit the run to %d processes: %v", n, err)}
+	}
+	return nil
 }
 
 // supervise runs the command as pid 1 until it ends, forwarding the signals
@@ -155,19 +177,33 @@ func signalRequests(ctl *channel) <-chan syscall.Signal {
 // It returns the listeners' descriptors (transparent, DNS UDP, DNS TCP) and
 // what it keeps of the run's view for its end.
 func setup(cfg initConfig) ([]*os.File, *mounted, *wireError) {
-	var files []*os.File
-	var werr *wireError
-	if cfg.NoNetwork {
-		werr = loopbackOnly()
-	} else {
-		files, werr = configureNetns(cfg.Ports, cfg.AllTCP)
+	// The network namespace and the mount namespace are made side by side:
+	// neither step reads what the other changes.
+	type network struct {
+		files []*os.File
+		werr  *wireError
 	}
-	if werr != nil {
-		return nil, nil, werr
-	}
+	primeListenBacklog()
+	netDone := make(chan network, 1)
+	go func() {
+		var n network
+		if cfg.NoNetwork {
+			n.werr = loopbackOnly()
+		} else {
+			n.files, n.werr = configureNetns(cfg.Ports, cfg.AllTCP)
+		}
+		netDone <- n
+	}()
 	view, err := privateMounts(cfg)
+	n := <-netDone
+	if n.werr != nil {
+		if err == nil {
+			view.close()
+		}
+		return nil, nil, n.werr
+	}
 	if err != nil {
-		for _, f := range files {
+		for _, f := range n.files {
 			f.Close()
 		}
 		var oe *overlayError
@@ -176,7 +212,17 @@ func setup(cfg initConfig) ([]*os.File, *mounted, *wireError) {
 		}
 		return nil, nil, stepError(StepMount, err)
 	}
-	return files, view, nil
+	return n.files, view, nil
+}
+
+// primeListenBacklog has the net package read the listen backlog, which it
+// does from /proc/sys/net/core/somaxconn at the first listen and keeps, while
+// /proc is still readable: the mounts made beside the door's listeners seal
+// it, and a backlog read after would be the fallback, 128.
+func primeListenBacklog() {
+	if l, err := net.Listen("unix", "@postern-wall-backlog"); err == nil {
+		l.Close()
+	}
 }
 
 // loopbackOnly makes the calling thread's network namespace one with lo up

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -99,6 +100,32 @@ func makeCgroup(parent, name string, limit, version int) (*pidsCgroup, error) {
 func (c *pidsCgroup) add(pid int) error {
 	if err := os.WriteFile(filepath.Join(c.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 		return fmt.Errorf("move the run into cgroup %s: %w", c.dir, err)
+	}
+	return nil
+}
+
+// addChildren moves the children pid has already started into the cgroup
+// too, once pid itself is in it: a cgroup v1 move takes one process, and the
+// wall's init may have started the command's last stage before it was moved
+// (see heldStage). What it starts afterwards starts in the cgroup.
+func (c *pidsCgroup) addChildren(pid int) error {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return fmt.Errorf("list the run's init's threads: %w", err)
+	}
+	for _, t := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // the thread ended
+			}
+			return fmt.Errorf("list the run's init's children: %w", err)
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if err := os.WriteFile(filepath.Join(c.dir, "cgroup.procs"), []byte(f), 0); err != nil && !errors.Is(err, syscall.ESRCH) {
+				return fmt.Errorf("move the run's process %s into cgroup %s: %w", f, c.dir, err)
+			}
+		}
 	}
 	return nil
 }
