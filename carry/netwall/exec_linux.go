@@ -41,9 +41,6 @@ func ExecDropped(argv []string) error {
 	if len(argv) == 0 {
 		return errors.New("network wall: no command to run")
 	}
-	if err := awaitRelease(); err != nil {
-		return err
-	}
 	// Credentials are per thread: drop them on this one and exec from it.
 	runtime.LockOSThread()
 

@@ -45,16 +45,6 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 		return exitInitFailed
 	}
 	cfg := *m.Config
-	// Without a terminal to give it, the command's last stage starts now
-	// and waits while the wall goes up (see heldStage); within its limit.
-	var held *heldStage
-	if !cfg.TTY {
-		if werr := limitProcs(cfg.NProc); werr != nil {
-			_ = ctl.send(message{Type: msgError, Err: werr})
-			return exitInitFailed
-		}
-		held = startHeld(cfg)
-	}
 
 	files, view, werr := setup(cfg)
 	if werr != nil {
@@ -74,21 +64,18 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 		return exitInitFailed
 	}
 	var tty *runTerminal
-	var pid int
-	if held != nil {
-		pid, err = held.run()
-	} else {
+	if cfg.TTY {
 		if tty, err = openRunTerminal(); err != nil {
 			_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
 			return exitInitFailed
 		}
 		defer tty.restore()
-		if werr := limitProcs(cfg.NProc); werr != nil {
-			_ = ctl.send(message{Type: msgError, Err: werr})
-			return exitInitFailed
-		}
-		pid, err = startCommand(cfg, tty)
 	}
+	if werr := limitProcs(cfg.NProc); werr != nil {
+		_ = ctl.send(message{Type: msgError, Err: werr})
+		return exitInitFailed
+	}
+	pid, err := startCommand(cfg, tty)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
 		return exitInitFailed
@@ -497,11 +484,13 @@ func resolvConfUnder() (string, []byte) {
 	return real, data
 }
 
-// startCommand starts the ExecArg stage, which drops every privilege and
-// execs the command, in a session of its own: with tty, the run's terminal is
-// its controlling terminal; without, it has none. (In the caller's session
-// its /dev/tty would be the caller's terminal, where TIOCSTI types into the
-// shell that started postern.)
+// startCommand starts the command in a session of its own: with tty, the
+// run's terminal is its controlling terminal; without, it has none. (In the
+// caller's session its /dev/tty would be the caller's terminal, where TIOCSTI
+// types into the shell that started postern.) The command is forked from a
+// thread of the init that first gives up what the ExecArg stage gives up
+// (see startDropped); where that cannot start it as the stage would, the
+// ExecArg stage starts it.
 func startCommand(cfg initConfig, tty *runTerminal) (int, error) {
 	attr := &syscall.ProcAttr{
 		Dir:   cfg.Dir,
@@ -513,6 +502,12 @@ func startCommand(cfg initConfig, tty *runTerminal) (int, error) {
 		attr.Files = tty.stdio()
 		attr.Sys.Setctty = true
 		attr.Sys.Ctty = 0
+	}
+	if pid, err := startDropped(cfg.Command, attr); !errors.Is(err, errUseStage) {
+		if err != nil {
+			return 0, fmt.Errorf("start %q in %s: %w", cfg.Command[0], cfg.Dir, err)
+		}
+		return pid, nil
 	}
 	argv := append([]string{os.Args[0], ExecArg}, cfg.Command...)
 	pid, err := syscall.ForkExec("/proc/self/exe", argv, attr)

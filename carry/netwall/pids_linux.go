@@ -104,32 +104,6 @@ func (c *pidsCgroup) add(pid int) error {
 	return nil
 }
 
-// addChildren moves the children pid has already started into the cgroup
-// too, once pid itself is in it: a cgroup v1 move takes one process, and the
-// wall's init may have started the command's last stage before it was moved
-// (see heldStage). What it starts afterwards starts in the cgroup.
-func (c *pidsCgroup) addChildren(pid int) error {
-	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return fmt.Errorf("list the run's init's threads: %w", err)
-	}
-	for _, t := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, t.Name()))
-		if err != nil {
-			if errors.Is(err, os.ErrNotExist) {
-				continue // the thread ended
-			}
-			return fmt.Errorf("list the run's init's children: %w", err)
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if err := os.WriteFile(filepath.Join(c.dir, "cgroup.procs"), []byte(f), 0); err != nil && !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("move the run's process %s into cgroup %s: %w", f, c.dir, err)
-			}
-		}
-	}
-	return nil
-}
-
 // remove removes the cgroup once the run's last task has left it.
 func (c *pidsCgroup) remove() {
 	deadline := time.Now().Add(2 * time.Second)
@@ -154,10 +128,24 @@ func sweepCgroups(parent string) {
 		return
 	}
 	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), cgroupPrefix) {
+		if e.IsDir() && strings.HasPrefix(e.Name(), cgroupPrefix) && !ownerAlive(e.Name()) {
 			_ = os.Remove(filepath.Join(parent, e.Name()))
 		}
 	}
+}
+
+// ownerAlive says whether the postern that made the cgroup name (the pid
+// after cgroupPrefix) is still running. Its cgroup is empty for a moment
+// after it is made, before its run's init moves in (cgroup v1): another run
+// starting then must not sweep it away.
+func ownerAlive(name string) bool {
+	pidText, _, _ := strings.Cut(strings.TrimPrefix(name, cgroupPrefix), "-")
+	pid, err := strconv.Atoi(pidText)
+	if err != nil || pid <= 0 {
+		return false
+	}
+	err = syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // cgroupMounts finds the cgroup v1 hierarchy holding the pids controller and

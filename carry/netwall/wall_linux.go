@@ -193,15 +193,9 @@ func (w *Wall) holdPids(cg *pidsCgroup, why string, limit int, rlimit bool) {
 		if err := cg.add(w.cmd.Process.Pid); err != nil {
 			cg.remove()
 			cg, why = nil, err.Error()
-		} else if err := cg.addChildren(w.cmd.Process.Pid); err != nil {
-			// The init is in it, and the cgroup goes when the run does.
-			w.pids = cg
-			cg, why = nil, err.Error()
 		}
 	}
-	if cg != nil {
-		w.pids = cg
-	}
+	w.pids = cg
 	switch {
 	case cg != nil:
 		w.pidsDesc = fmt.Sprintf("%d tasks (%s)", limit, cg)
