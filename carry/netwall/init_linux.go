@@ -232,26 +232,32 @@ func loopbackOnly() *wireError {
 // the nftables table. It returns the listeners' descriptors: transparent, DNS
 // UDP, DNS TCP, and the wall's log of refusals when the kernel has one.
 func configureNetns(ports []uint16, allTCP bool) ([]*os.File, *wireError) {
-	lo, err := netlink.LinkByName("lo")
+	// One netlink socket for every change below, rather than one each.
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, stepError(StepLoopback, fmt.Errorf("open a netlink socket: %w", err))
+	}
+	defer nl.Close()
+	lo, err := nl.LinkByName("lo")
 	if err != nil {
 		return nil, stepError(StepLoopback, fmt.Errorf("find lo: %w", err))
 	}
-	if err := netlink.LinkSetUp(lo); err != nil {
+	if err := nl.LinkSetUp(lo); err != nil {
 		return nil, stepError(StepLoopback, fmt.Errorf("set lo up: %w", err))
 	}
-	if err := addRunAddrs(lo); err != nil {
+	if err := addRunAddrs(nl, lo); err != nil {
 		return nil, stepError(StepLoopback, err)
 	}
 	// Without a source address the kernel would pick none for IPv4
 	// destinations reached through lo (127.0.0.1 has host scope).
 	v4 := &netlink.Route{LinkIndex: lo.Attrs().Index, Scope: netlink.SCOPE_LINK, Src: net.IPv4(127, 0, 0, 1).To4(),
 		Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}
-	if err := netlink.RouteAdd(v4); err != nil {
+	if err := nl.RouteAdd(v4); err != nil {
 		return nil, stepError(StepRoute, fmt.Errorf("add IPv4 default route via lo: %w", err))
 	}
 	v6 := &netlink.Route{LinkIndex: lo.Attrs().Index, Src: net.IPv6loopback,
 		Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}}
-	if err := netlink.RouteAdd(v6); err != nil && !ipv6Disabled(err) {
+	if err := nl.RouteAdd(v6); err != nil && !ipv6Disabled(err) {
 		return nil, stepError(StepRoute, fmt.Errorf("add IPv6 default route via lo: %w", err))
 	}
 
@@ -308,13 +314,13 @@ func applyRules(cfg RuleConfig) error {
 // addRunAddrs gives lo one more address per family besides 127.0.0.1 and
 // ::1. glibc's getaddrinfo with AI_ADDRCONFIG (Node's default) answers nothing
 // on a machine with only those two, as if it were offline.
-func addRunAddrs(lo netlink.Link) error {
+func addRunAddrs(nl *netlink.Handle, lo netlink.Link) error {
 	v4 := &netlink.Addr{IPNet: &net.IPNet{IP: runAddr4.AsSlice(), Mask: net.CIDRMask(8, 32)}, Scope: int(netlink.SCOPE_HOST)}
-	if err := netlink.AddrAdd(lo, v4); err != nil {
+	if err := nl.AddrAdd(lo, v4); err != nil {
 		return fmt.Errorf("add %s to lo: %w", runAddr4, err)
 	}
 	v6 := &netlink.Addr{IPNet: &net.IPNet{IP: runAddr6.AsSlice(), Mask: net.CIDRMask(128, 128)}, Flags: unix.IFA_F_NODAD}
-	if err := netlink.AddrAdd(lo, v6); err != nil && !ipv6Disabled(err) {
+	if err := nl.AddrAdd(lo, v6); err != nil && !ipv6Disabled(err) {
 		return fmt.Errorf("add %s to lo: %w", runAddr6, err)
 	}
 	return nil
