@@ -6,7 +6,10 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/postern-dev/postern/internal/testhosts"
 )
 
 // TestLookCommandAsLookPath: the init finds a command where the exec stage's
@@ -84,5 +87,46 @@ func TestOwnerAlive(t *testing.T) {
 		if ownerAlive(name) {
 			t.Errorf("%q counted as in use", name)
 		}
+	}
+}
+
+// TestStartPathsAlike: a command started from the init's dropped thread has
+// what one started through the exec stage has: no capabilities, locked
+// securebits, no_new_privs, one seccomp filter, only stdin, stdout and
+// stderr open, the same working directory, the same environment; and it
+// cannot make a setuid file. A relative PATH entry sends the start through
+// the stage.
+func TestStartPathsAlike(t *testing.T) {
+	testhosts.RequireRoot(t)
+	const probe = `grep -E '^(CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp|Seccomp_filters):' /proc/self/status
+echo "== fds"; ls /proc/self/fd
+echo "== cwd"; pwd
+echo "== env"; env | grep -v '^PWD=\|^SHLVL=\|^_=' | sort
+echo "== setid"; cp /bin/true ./t && chmod 4755 ./t 2>/dev/null; ls -l ./t | cut -c1-10`
+	state := func(path string) string {
+		dir := t.TempDir()
+		env := []string{"PATH=" + path, "HOME=" + os.Getenv("HOME"), "K=v"}
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", probe}, Dir: dir, Env: env}, nil)
+		if r.code != 0 {
+			t.Fatalf("PATH=%s: exit %d, stderr %q", path, r.code, r.stderr)
+		}
+		return strings.ReplaceAll(r.stdout, dir, "DIR")
+	}
+	if _, _, ok := lookCommand("sh", []string{"PATH=/usr/bin:/bin"}); !ok {
+		t.Fatal("sh with PATH=/usr/bin:/bin is not started directly")
+	}
+	if _, _, ok := lookCommand("sh", []string{"PATH=/usr/bin:/bin:."}); ok {
+		t.Fatal("sh with PATH=/usr/bin:/bin:. is not started through the exec stage")
+	}
+	direct := state("/usr/bin:/bin")
+	staged := state("/usr/bin:/bin:.")
+	for _, want := range []string{"CapEff:\t0000000000000000", "CapBnd:\t0000000000000000", "NoNewPrivs:\t1", "Seccomp:\t2", "Seccomp_filters:\t1",
+		"== fds\n0\n1\n2\n3\n== cwd\nDIR\n", "-rwxr-xr-x"} {
+		if !strings.Contains(direct, want) {
+			t.Errorf("started directly, the command lacks %q:\n%s", want, direct)
+		}
+	}
+	if want := strings.Replace(direct, "PATH=/usr/bin:/bin\n", "PATH=/usr/bin:/bin:.\n", 1); staged != want {
+		t.Errorf("through the exec stage:\n%s\nstarted directly:\n%s", staged, direct)
 	}
 }
