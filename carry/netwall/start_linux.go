@@ -26,10 +26,10 @@ var errUseStage = errors.New("start through the exec stage")
 // the command starts as the stage would have started it, without a start of
 // this binary in between.
 //
-// It returns errUseStage, having done nothing, where the stage has more to
-// do or would answer differently: Landlock to apply, a command not found or
-// found through a relative PATH entry (the stage's exit 127 and its
-// message), an exec that fails (126).
+// It returns errUseStage, having started nothing, where the stage has more
+// to do or would answer differently: Landlock to apply, a command not found
+// or found through a relative PATH entry (the stage's exit 127 and its
+// message), a step or an exec that fails (126).
 func startDropped(argv []string, attr *syscall.ProcAttr) (int, error) {
 	for _, kv := range attr.Env {
 		if strings.HasPrefix(kv, LandlockEnv+"=") {
@@ -49,21 +49,14 @@ func startDropped(argv []string, attr *syscall.ProcAttr) (int, error) {
 	go func() {
 		// Never unlocked: the thread goes when this goroutine ends.
 		runtime.LockOSThread()
-		if err := dropPrivileges(); err != nil {
-			done <- started{err: err}
-			return
-		}
-		if err := installSetIDFilter(0); err != nil {
-			done <- started{err: err}
-			return
-		}
-		if err := closeInherited(); err != nil {
-			done <- started{err: err}
+		// Where a step fails, the stage fails the same way and says so as
+		// it always has (exit 126, or 127 for a command not found).
+		if dropPrivileges() != nil || installSetIDFilter(0) != nil || closeInherited() != nil {
+			done <- started{err: errUseStage}
 			return
 		}
 		pid, err := syscall.ForkExec(path, argv, attr)
 		if err != nil {
-			// The stage fails the same way and says so as it always has.
 			err = errUseStage
 		}
 		done <- started{pid, err}
