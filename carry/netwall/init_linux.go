@@ -75,6 +75,15 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 		_ = ctl.send(message{Type: msgError, Err: werr})
 		return exitInitFailed
 	}
+	// The run's processes share the init's uid: whatever of the init /proc
+	// gates behind ptrace (its descriptors, memory, environment) is theirs to
+	// read wherever the init's credentials are no more than theirs, as they
+	// are on the thread that starts the command (see startDropped). Not
+	// dumpable, the init is out of their reach whatever its threads hold.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: fmt.Sprintf("make the init not dumpable: %v", err)}})
+		return exitInitFailed
+	}
 	pid, err := startCommand(cfg, tty)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})

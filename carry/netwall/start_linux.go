@@ -22,9 +22,12 @@ var errUseStage = errors.New("start through the exec stage")
 // every descriptor above 2 close-on-exec. Credentials, no_new_privs and the
 // filter are a thread's own, and a child has its forking thread's; the thread
 // is locked to its goroutine and ends with it, so nothing else of the init
-// ever runs on it, and the Go runtime starts no thread from a locked one. So
-// the command starts as the stage would have started it, without a start of
-// this binary in between.
+// ever runs on it, and the Go runtime starts no thread from a locked one;
+// it is never the main thread, which /proc shows as the init. While it
+// lasts, the init being not dumpable (see Init) keeps it, like every thread
+// of the init, out of the command's reach through /proc. So the command
+// starts as the stage would have started it, without a start of this binary
+// in between.
 //
 // It returns errUseStage, having started nothing, where the stage has more
 // to do or would answer differently: Landlock to apply, a command not found
@@ -46,7 +49,7 @@ func startDropped(argv []string, attr *syscall.ProcAttr) (int, error) {
 		err error
 	}
 	done := make(chan started, 1)
-	go func() {
+	forkDropped := func() {
 		// Never unlocked: the thread goes when this goroutine ends.
 		runtime.LockOSThread()
 		// Where a step fails, the stage fails the same way and says so as
@@ -60,6 +63,23 @@ func startDropped(argv []string, attr *syscall.ProcAttr) (int, error) {
 			err = errUseStage
 		}
 		done <- started{pid, err}
+	}
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			forkDropped() // on this thread, which goes with it
+			return
+		}
+		// The main thread is the one /proc shows as the init (pid 1 of the
+		// run) and cannot end before the process: it is held here,
+		// untouched, so that the dropping happens on another thread.
+		defer runtime.UnlockOSThread()
+		held := make(chan struct{})
+		go func() {
+			defer close(held)
+			forkDropped()
+		}()
+		<-held
 	}()
 	s := <-done
 	return s.pid, s.err

@@ -130,3 +130,27 @@ echo "== setid"; cp /bin/true ./t && chmod 4755 ./t 2>/dev/null; ls -l ./t | cut
 		t.Errorf("through the exec stage:\n%s\nstarted directly:\n%s", staged, direct)
 	}
 }
+
+// TestInitOutOfReach: the command cannot open the init's descriptors through
+// any of its threads in /proc, the thread it was started from included, and
+// the init's main thread, which /proc shows as pid 1, keeps its credentials.
+// Which thread starts the command varies from run to run, so it runs a few
+// times.
+func TestInitOutOfReach(t *testing.T) {
+	testhosts.RequireRoot(t)
+	const probe = `grep '^CapEff:' /proc/1/status
+for t in /proc/1/task/*; do readlink "$t/fd/0" >/dev/null 2>&1 && echo "OPEN $t"; cat "$t/environ" >/dev/null 2>&1 && echo "READ $t"; done
+echo checked`
+	for i := 0; i < 20; i++ {
+		r := runSpec(t, Spec{Command: []string{"sh", "-c", probe}}, nil)
+		if r.code != 0 || !strings.HasSuffix(r.stdout, "checked") {
+			t.Fatalf("run %d: exit %d, stdout %q, stderr %q", i, r.code, r.stdout, r.stderr)
+		}
+		if strings.Contains(r.stdout, "OPEN") || strings.Contains(r.stdout, "READ") {
+			t.Fatalf("run %d: the command reached the init through /proc:\n%s", i, r.stdout)
+		}
+		if strings.Contains(r.stdout, "CapEff:\t0000000000000000") {
+			t.Fatalf("run %d: the init's main thread lost its capabilities:\n%s", i, r.stdout)
+		}
+	}
+}
