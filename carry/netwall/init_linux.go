@@ -26,8 +26,9 @@ const (
 // Init is the wall's init, pid 1 of the run's namespaces; the process Raise
 // starts with InitArg calls it and exits with the status it returns. It sets up
 // the namespace as the control socket asks, starts the command with every
-// privilege dropped (see startCommand), reaps every process that ends in the pid namespace and returns
-// the command's status (128+n for signal n). Signals arriving on signals and
+// privilege dropped (see startCommand), reaps every process that ends in the
+// pid namespace and returns the command's status (128+n for signal n).
+// Signals arriving on signals and
 // from Wall.Signal go to the command's process group. When ctx is done or the
 // host side disappears, the run is killed.
 //
