@@ -743,6 +743,7 @@ func TestRemoteControllerKilledLeavesNothing(t *testing.T) {
 	marker := fmt.Sprintf("%03d%03d", time.Now().UnixNano()%1000, os.Getpid()%1000)
 	cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sleep", "300."+marker)
 	cmd.Env = r.C.env()
+	cmd.Dir = r.C.Home // not this source tree, which a remote run would take along
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
