@@ -827,3 +827,38 @@ func TestWorkspaceLostRunFetchedLater(t *testing.T) {
 		t.Fatalf("partial.txt in the lost run's result: %q", got)
 	}
 }
+
+// Two remote runs of one repository at once share its cache and never a
+// work tree: each comes home as its own branch.
+func TestWorkspaceRemoteRunsSideBySide(t *testing.T) {
+	r := workspaceLab(t)
+	repo := newRepo(t, r.C, "proj")
+	wsWrite(t, filepath.Join(repo, "f"), "base\n", 0o644)
+	gitIn(t, repo, "add", "f")
+	gitIn(t, repo, "commit", "-qm", "base")
+	type res struct {
+		out, err string
+		code     int
+	}
+	results := make(chan res, 3)
+	for _, name := range []string{"one", "two", "three"} {
+		go func() {
+			o, e, code := r.C.posternIn(t, repo, "run", "--machine", "far", "--", "sh", "-c", "sleep 1; ls; echo "+name+" > "+name+".txt")
+			results <- res{o, e, code}
+		}()
+	}
+	for range 3 {
+		x := <-results
+		if x.code != 0 || x.out != "f\n" {
+			t.Fatalf("side by side: exit %d, stdout %q (want only f), stderr %s", x.code, x.out, x.err)
+		}
+	}
+	var trees []string
+	for _, b := range resultBranches(t, repo) {
+		trees = append(trees, strings.Join(strings.Fields(gitIn(t, repo, "ls-tree", "--name-only", b)), " "))
+	}
+	slices.Sort(trees)
+	if !slices.Equal(trees, []string{"f one.txt", "f three.txt", "f two.txt"}) {
+		t.Fatalf("results: %q", trees)
+	}
+}
