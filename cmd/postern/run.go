@@ -89,7 +89,7 @@ postern's exit status is the run's; 125 if the run ended but its record could no
 			if !quiet {
 				spec.OnEvent = func(ev door.Event) { printDenial(os.Stderr, ev) }
 			}
-			if err := workspaceFlags(&spec.Workspace, &runWorkspace); err != nil {
+			if err := workspaceFlags(&spec.Workspace, &runWorkspace, spec.Container.Image != ""); err != nil {
 				return &exitError{2, err}
 			}
 			// Signals reach the run through spec.Signals; they must not also cancel it.
