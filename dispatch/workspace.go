@@ -351,7 +351,7 @@ func collectAndImport(ctx context.Context, run *records.Run, step stepper) error
 		return err
 	}
 	ws.State = records.WorkspaceFetched
-	ws.Result, ws.ResultBranch, ws.Descends, ws.Commits = imp.Commit, imp.Branch, imp.Descends, res.Commits
+	ws.Result, ws.ResultBranch, ws.Descends, ws.Commits = imp.Commit, imp.Branch, imp.Descends, imp.Commits
 	if st, err := workspace.Diff(ctx, ws.Repo, ws.Base, imp.Commit, true); err == nil {
 		if len(st) > 8<<10 {
 			st = append(st[:8<<10], "…\n"...)

@@ -247,7 +247,7 @@ date +%s%N > ../.ended
 	}
 	run := lastRun(t, r.C)
 	ws := run.Workspace
-	if ws == nil || ws.State != records.WorkspaceFetched || !ws.Removed || ws.Base != base || ws.Subdir != "sub" {
+	if ws == nil || ws.State != records.WorkspaceFetched || !ws.Removed || ws.Base != base || ws.Subdir != "sub" || ws.Commits != 2 || !ws.Descends {
 		t.Fatalf("the run's workspace record: %+v", ws)
 	}
 	if !strings.HasSuffix(strings.TrimSpace(stdout), "/"+run.ID+"/sub") {
