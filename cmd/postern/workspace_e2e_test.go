@@ -392,9 +392,21 @@ func TestWorkspaceRemoteEdgeRepositories(t *testing.T) {
 		gitIn(t, repo, "commit", "-qam", "two")
 		gitIn(t, repo, "checkout", "-q", "--detach", "HEAD~1")
 		base := strings.TrimSpace(gitIn(t, repo, "rev-parse", "HEAD"))
-		stdout, stderr, code := r.C.posternIn(t, repo, "run", "--machine", "far", "--", "sh", "-c", "git rev-parse HEAD; git symbolic-ref -q HEAD || echo detached; cat f")
+		stdout, stderr, code := r.C.posternIn(t, repo, "run", "--machine", "far", "--keep-workspace", "--", "sh", "-c", "git rev-parse HEAD; git symbolic-ref -q HEAD || echo detached; cat f; echo 3 > f")
 		if code != 0 || stdout != base+"\ndetached\n1\n" {
 			t.Fatalf("exit %d, stdout %q, want %s detached; stderr %s", code, stdout, base, stderr)
+		}
+		// --keep-workspace: the result is home and the copy stays, listed.
+		run := lastRun(t, r.C)
+		if got := gitIn(t, repo, "show", "postern/"+run.ID+":f"); got != "3\n" {
+			t.Fatalf("f in the result: %q", got)
+		}
+		kept := filepath.Join(r.Remote.Home, ".local", "share", "postern", "workspaces", run.ID, "f")
+		if b, err := os.ReadFile(kept); err != nil || string(b) != "3\n" {
+			t.Fatalf("the kept copy's f: %q %v", b, err)
+		}
+		if show := r.C.mustPostern(t, "machine", "show", "far"); !strings.Contains(show, run.ID) {
+			t.Fatalf("machine show does not list the kept copy:\n%s", show)
 		}
 	})
 
