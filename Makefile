@@ -74,6 +74,7 @@ bench: build
 	$(GO) run ./internal/benchmark/cmd/postern-inspectbench -postern $(BIN)/postern -quick
 	$(GO) run ./internal/benchmark/cmd/postern-gatewaybench -postern $(BIN)/postern -quick
 	$(GO) test -run '^$$' -bench BenchmarkDispatch -benchtime 20x ./dispatch/fleet
+	$(GO) test -run '^$$' -bench BenchmarkWorkspace -benchtime 1x -timeout 30m ./cmd/postern
 
 demo: build
 	$(GO) run ./examples/demo -postern $(BIN)/postern

@@ -82,6 +82,9 @@ type Spec struct {
 	// Upstream, when set, joins a gateway: the run's door sends every
 	// connection on to it instead of judging it (see gateway.go).
 	Upstream *door.Upstream
+	// Workspace says what work the run takes to its machine (see
+	// workspace.go).
+	Workspace Workspace
 }
 
 // NetworkNone is Spec.Network for a run with no network at all.
@@ -224,6 +227,11 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	}
 	run.State = records.StateRunning
 	started(spec, run)
+	// Workspace: the work is shipped before the run starts; its result is
+	// fetched after it ends (workspace.go).
+	if err := startWorkspace(ctx, store, run, &spec, m); err != nil {
+		return nil, err
+	}
 	if (c == carry.NetworkWall || c == carry.ConnectDoor) && m.IsLocal() {
 		// The running record is written while the wall goes up, and is durable
 		// before the command starts.
@@ -292,6 +300,7 @@ func refuse(store *records.Store, run *records.Run, err error) (*records.Run, er
 }
 
 func finish(ctx context.Context, store *records.Store, run *records.Run, code int, err error) (*records.Run, error) {
+	endLocalWorkspace(ctx, store, run) // a local copy's result comes home (workspace.go)
 	run.EndedAt = time.Now().UTC()
 	var ref *carry.Refusal
 	var cerr *CommandError

@@ -16,6 +16,7 @@ import (
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/dispatch/workspace"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
@@ -42,6 +43,11 @@ type Remote struct {
 	Agents *records.Store
 	// Warn is told when an agent's file was not what was installed.
 	Warn io.Writer
+	// Dir is the run's directory on the machine ("" : one of its own); the
+	// workspace shipped sets it.
+	Dir string
+
+	ship *workspace.Source // the work to ship before the run (workspace.go)
 }
 
 // connectAgent connects to m over ssh and starts its agent for goos/goarch,
@@ -250,6 +256,9 @@ func runRemote(ctx context.Context, store *records.Store, run *records.Run, spec
 	}
 	defer sc.Close()
 	defer p.Close()
+	if spec.Remote.ship != nil {
+		return runRemoteWorkspace(ctx, store, run, spec, rec, m, src, c, p, sc, goos, goarch)
+	}
 	return runOnAgent(ctx, store, run, spec, rec, m, src, c, p)
 }
 
@@ -270,6 +279,7 @@ func runOnAgent(ctx context.Context, store *records.Store, run *records.Run, spe
 		Env: withEnv(remoteEnv(spec.Env), spec.PassEnv), Policy: src, PolicyAt: spec.PolicyPath,
 		AddHosts: spec.AddHosts, Resolver: spec.Resolver, Open: run.EgressOpenReason,
 		KeepHome: spec.KeepHome, PidsLimit: spec.PidsLimit, NoNetwork: spec.Network == NetworkNone,
+		Dir: spec.Remote.Dir,
 	}
 	cio := agent.ClientIO{Stdout: spec.Stdout, Stderr: spec.Stderr, Signals: spec.Signals}
 	if spec.Stdin != nil {

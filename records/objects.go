@@ -97,6 +97,8 @@ type Run struct {
 	// End says how the run ended (End* constants); "" while it runs, and in
 	// runs recorded before it was kept.
 	End string `json:"end"`
+	// Workspace is the copy of the caller's work the run worked in.
+	Workspace *Workspace `json:"workspace"`
 }
 
 // MaxPolicyText bounds the policy text a run record keeps.

@@ -342,3 +342,10 @@ func installFile(ctx context.Context, t Transport, in Install, dir agentDir, old
 	in.record(st)
 	return st, nil
 }
+
+// Start starts another agent process at the path Dial checked, and completes
+// its handshake (the agent must answer with in's hash and version): for a
+// further request on a machine whose agent was just dialled.
+func (in Install) Start(ctx context.Context, t Transport) (*Client, Process, error) {
+	return start(ctx, t, in, in.Path())
+}

@@ -78,6 +78,9 @@ type Handlers struct {
 	Run func(ctx context.Context, req RunRequest, rio RunIO) (int, error)
 	// Probe measures this machine under the given name.
 	Probe func(ctx context.Context, name string) (*probe.Record, error)
+	// Workspace does one step of a run's workspace: upload is what the
+	// controller sent, download what goes back.
+	Workspace func(ctx context.Context, req WorkspaceRequest, upload io.Reader, download io.Writer) (*WorkspaceResult, error)
 }
 
 // Serve speaks the agent's side of the protocol on in and out: greeting, one
@@ -149,6 +152,12 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, h Handlers) error {
 			return s.exit(Exit{Code: 1, Error: "run request without a run"})
 		}
 		return s.run(ctx, h, *req.Run)
+	case KindWorkspace:
+		if req.Workspace == nil {
+			s.start(nil)
+			return s.exit(Exit{Code: 1, Error: "workspace request without a step"})
+		}
+		return s.serveWorkspace(ctx, h, *req.Workspace)
 	default:
 		return s.exit(Exit{Code: 1, Error: fmt.Sprintf("unknown request kind %q", req.Kind)})
 	}

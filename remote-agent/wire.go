@@ -246,6 +246,8 @@ type Request struct {
 	Run  *RunRequest `json:"run,omitempty"`
 	// Probe: the machine's name in the controller's inventory.
 	Name string `json:"name,omitempty"`
+	// Workspace: one step of a run's workspace (see workspace.go).
+	Workspace *WorkspaceRequest `json:"workspace,omitempty"`
 }
 
 // Request kinds.
@@ -316,6 +318,8 @@ type Exit struct {
 	// NotFound (Code 127) or NotExecutable (126); Error then says where it
 	// was looked for or why it cannot be executed.
 	NotRun string `json:"not_run,omitempty"`
+	// Workspace is what a workspace step found or made.
+	Workspace *WorkspaceResult `json:"workspace,omitempty"`
 }
 
 // Exit.NotRun values.

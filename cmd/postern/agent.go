@@ -37,6 +37,7 @@ func init() {
 				Probe: func(ctx context.Context, name string) (*probe.Record, error) {
 					return dispatch.ProbeHere(ctx, name, version, logger)
 				},
+				Workspace: dispatch.ServeAgentWorkspace,
 			})
 			if err != nil {
 				fmt.Fprintln(logw, "postern agent:", err)

@@ -290,7 +290,10 @@ func init() {
 			if showJSON {
 				return writeJSON(os.Stdout, v)
 			}
-			return printMachine(v, 0)
+			if err := printMachine(v, 0); err != nil {
+				return err
+			}
+			return printKeptWorkspaces(os.Stdout, store, mm.Name)
 		},
 	}
 	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")

@@ -138,6 +138,9 @@ func (c *controller) postern(t testing.TB, args ...string) (stdout, stderr strin
 	cmd := exec.CommandContext(ctx, posternBin, args...)
 	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.Env = c.env()
+	// The person's home, not this source tree: a run started in a git work
+	// tree would take it along (see workspace_e2e_test.go).
+	cmd.Dir = c.Home
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
@@ -771,6 +774,7 @@ func TestRemoteControllerKilledLeavesNothing(t *testing.T) {
 	marker := fmt.Sprintf("%03d%03d", time.Now().UnixNano()%1000, os.Getpid()%1000)
 	cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sleep", "300."+marker)
 	cmd.Env = r.C.env()
+	cmd.Dir = r.C.Home // not this source tree, which a remote run would take along
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

@@ -46,6 +46,7 @@ func (c *controller) startOnPTY(t *testing.T, rows, cols uint16, args ...string)
 	p := &ptyProc{master: master, waited: make(chan struct{}), read: make(chan struct{})}
 	p.cmd = exec.Command(posternBin, args...)
 	p.cmd.Env = append(c.env(), "TERM=xterm-remote-test")
+	p.cmd.Dir = c.Home // not this source tree, which a remote run would take along
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = slave, slave, slave
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := p.cmd.Start(); err != nil {
@@ -314,6 +315,7 @@ func TestRemoteConnectionDropped(t *testing.T) {
 		pattern := "^sleep 300." + marker + "$" // the run's own sleep, not the command lines naming it
 		cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sh", "-c", "sleep 300."+marker+"; echo NOT-KILLED")
 		cmd.Env = r.C.env()
+		cmd.Dir = r.C.Home // not this source tree, which a remote run would take along
 		var stdout, stderr lockedLog
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {

@@ -100,11 +100,17 @@ not found; 255 the connection to the run's machine was lost.`,
 				// A terminal's progress line is no JSON line.
 				spec.Remote.Progress = io.Discard
 			}
+			if err := workspaceFlags(&spec.Workspace, &runWorkspace, spec.Container.Image != ""); err != nil {
+				return &exitError{2, err}
+			}
 			// Signals reach the run through spec.Signals; they must not also cancel it.
 			begun := time.Now()
 			run, err := dispatch.Run(context.WithoutCancel(cmd.Context()), store, spec)
 			code, why := runOutcome(run, err)
 			rep.end(run, err, code, why, time.Since(begun))
+			if run != nil && !jsonOut {
+				printWorkspace(stderr, run)
+			}
 			if code == 0 {
 				return nil
 			}
@@ -139,6 +145,8 @@ not found; 255 the connection to the run's machine was lost.`,
 	f.StringVar(&spec.Container.Image, "container", "", "run in a local container from IMAGE, with the wall inside the container's own network namespace")
 	f.StringVar(&spec.Container.Engine, "engine", "", "container engine for --container: podman or docker (default: the first that answers)")
 	f.StringVar(&spec.Container.Network, "container-network", "", "with --container: \"none\" runs it with no network at all (no wall, no door)")
+	// Workspaces: what work the run takes along (workspace.go).
+	addWorkspaceFlags(f, &runWorkspace)
 	rootCmd.AddCommand(cmd)
 }
 

@@ -136,6 +136,7 @@ func init() {
 			row("env", strings.Join(r.EnvNames, ", ")) // names only: values are never recorded
 			row("end", r.End)
 			row("why", r.Why)
+			workspaceRows(row, r)
 			return tw.Flush()
 		},
 	}

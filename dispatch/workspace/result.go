@@ -1,0 +1,207 @@
+package workspace
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	agent "github.com/postern-dev/postern/remote-agent"
+)
+
+// resultRef is the one ref of a result bundle.
+const resultRef = "refs/postern/result"
+
+// DefaultMaxResult bounds a result's bundle (--max-result).
+const DefaultMaxResult = 1 << 30
+
+// Collect makes the run's result in its work tree and writes it to w as a
+// bundle of one ref: the run's HEAD, with one more commit on top holding
+// what it left uncommitted. Only plumbing runs in the work tree, with
+// hooks off and no configuration but the repository's own (which the wall
+// kept the run from changing): the run's hooks, monitors and signing
+// settings are never obeyed. A run that changed nothing sends no bundle.
+func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Writer) (*agent.WorkspaceResult, error) {
+	run, err := p.RunDir(req.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(run); err != nil {
+		return nil, fmt.Errorf("the run's work tree is not on this machine (%v): it was removed, or never made", err)
+	}
+	if req.Base != "" && !validSHA(req.Base) {
+		return nil, fmt.Errorf("base %q is not a commit name", req.Base)
+	}
+	max := req.MaxResult
+	if max <= 0 {
+		max = DefaultMaxResult
+	}
+	tmp, err := os.MkdirTemp(p.Runs, ".outgoing-")
+	if err != nil {
+		return nil, diskFull(p.Runs, err)
+	}
+	defer os.RemoveAll(tmp)
+	// The run's repository is read for its HEAD alone. Everything else
+	// happens in a git directory of postern's own that borrows the run's
+	// objects, so nothing the run put in its .git (config with filters or
+	// monitors, hooks, attributes, alternates of refs) is obeyed.
+	head := ""
+	rg := git{dir: run, clean: true, env: []string{"GIT_DIR=" + filepath.Join(run, ".git"), "GIT_CEILING_DIRECTORIES=" + filepath.Dir(run)}}
+	if h, err := rg.line(ctx, "rev-parse", "-q", "--verify", "HEAD^{commit}"); err == nil && validSHA(h) {
+		head = h
+	}
+	collect := filepath.Join(tmp, "collect.git")
+	// A bare repository is HEAD, objects and refs: made here, not by a
+	// git process of its own.
+	for _, d := range []string{"objects/info", "refs/postern"} {
+		if err := os.MkdirAll(filepath.Join(collect, d), 0o700); err != nil {
+			return nil, diskFull(tmp, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(collect, "HEAD"), []byte("ref: refs/heads/postern\n"), 0o600); err != nil {
+		return nil, diskFull(tmp, err)
+	}
+	objects, err := filepath.Abs(filepath.Join(run, ".git", "objects"))
+	if err != nil {
+		return nil, err
+	}
+	// The run's objects, and the cache's they borrow (read from its
+	// alternates file by git, as data).
+	if err := os.WriteFile(filepath.Join(collect, "objects", "info", "alternates"), []byte(objects+"\n"), 0o600); err != nil {
+		return nil, diskFull(tmp, err)
+	}
+	// A retried collect makes the same commit: its dates are the run's.
+	when := runTime(req.RunID)
+	g := git{dir: run, clean: true, env: []string{
+		"GIT_DIR=" + collect, "GIT_WORK_TREE=" + run,
+		"GIT_INDEX_FILE=" + filepath.Join(tmp, "index"),
+		"GIT_AUTHOR_NAME=postern", "GIT_AUTHOR_EMAIL=postern@localhost",
+		"GIT_COMMITTER_NAME=postern", "GIT_COMMITTER_EMAIL=postern@localhost",
+		"GIT_AUTHOR_DATE=" + when, "GIT_COMMITTER_DATE=" + when,
+	}}
+	// What is left uncommitted, in an index of postern's own: HEAD's
+	// tree, with the stat of each file as postern last hashed it (the index
+	// made when the copy was shipped, or by an earlier collect), so that
+	// only the files the run touched are read.
+	if b, rerr := os.ReadFile(p.indexFile(req.RunID)); rerr == nil && head != "" {
+		if err = os.WriteFile(filepath.Join(tmp, "index"), b, 0o600); err == nil {
+			if _, err = g.out(ctx, nil, "read-tree", "-m", head); err != nil {
+				_ = os.Remove(filepath.Join(tmp, "index"))
+				_, err = g.out(ctx, nil, "read-tree", head)
+			}
+		}
+	} else if head != "" {
+		_, err = g.out(ctx, nil, "read-tree", head)
+	} else {
+		_, err = g.out(ctx, nil, "read-tree", "--empty")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if _, err := g.out(ctx, nil, "-c", "core.autocrlf=false", "add", "-A", "--", "."); err != nil {
+		return nil, diskFull(run, fmt.Errorf("collect what the run left uncommitted: %w", err))
+	}
+	tree, err := g.line(ctx, "write-tree")
+	if err != nil {
+		return nil, diskFull(run, err)
+	}
+	// This index was made here, from the files as the run left them: kept
+	// beside the copy, it lets a spare copy be reset without hashing every
+	// file again (see makeTree). The run's own index is never used for it.
+	if b, err := os.ReadFile(filepath.Join(tmp, "index")); err == nil {
+		_ = os.WriteFile(p.indexFile(req.RunID), b, 0o600)
+	}
+	headTree := emptyTree
+	if head != "" {
+		if headTree, err = g.line(ctx, "rev-parse", head+"^{tree}"); err != nil {
+			return nil, err
+		}
+	}
+	shipped := ""
+	if b, err := os.ReadFile(p.shippedFile(req.RunID)); err == nil {
+		shipped = strings.TrimSpace(string(b))
+	}
+	if head == req.Base && tree == shipped {
+		// The run's HEAD and work tree are as they were shipped.
+		return &agent.WorkspaceResult{Result: head, Ref: resultRef}, nil
+	}
+	result := head
+	if tree != headTree {
+		args := []string{"commit-tree", tree, "-m", "postern: what run " + req.RunID + " left uncommitted\n\nThe run's work tree at its end, beyond its last commit."}
+		if head != "" {
+			args = append(args, "-p", head)
+		}
+		if result, err = g.line(ctx, args...); err != nil {
+			return nil, diskFull(run, err)
+		}
+	}
+	res := &agent.WorkspaceResult{Result: result, Ref: resultRef}
+	if result == "" || result == req.Base {
+		return res, nil // nothing changed
+	}
+	res.Changed = true
+	// Whether the result descends from the base, and by how many commits,
+	// is asked at home, of the caller's own repository.
+	if err := os.WriteFile(filepath.Join(collect, filepath.FromSlash(resultRef)), []byte(result+"\n"), 0o600); err != nil {
+		return nil, diskFull(tmp, err)
+	}
+	bundle := filepath.Join(tmp, "result.bundle")
+	args := []string{"bundle", "create", "-q", bundle, resultRef}
+	err = nil
+	if req.Base != "" {
+		_, err = g.out(ctx, nil, append(args, "^"+req.Base)...)
+	}
+	if req.Base == "" || (err != nil && !strings.Contains(err.Error(), "empty bundle")) {
+		// No base, or the run's copy lost it: the whole history.
+		_ = os.Remove(bundle)
+		_, err = g.out(ctx, nil, args...)
+	}
+	if err != nil {
+		var ge *GitError
+		if asGitError(err, &ge) && strings.Contains(ge.Stderr, "empty bundle") {
+			return res, nil // the result is in the base's history: nothing to send
+		}
+		return nil, diskFull(run, fmt.Errorf("bundle the result: %w", err))
+	}
+	st, err := os.Stat(bundle)
+	if err != nil {
+		return nil, err
+	}
+	if st.Size() > max {
+		return nil, &TooLargeError{Size: st.Size(), Max: max}
+	}
+	f, err := os.Open(bundle)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	res.Size = st.Size()
+	// The exit frame carries the result; the size travels first, so the
+	// controller can bound what it takes before the first byte.
+	if _, err := io.Copy(w, f); err != nil {
+		return nil, fmt.Errorf("send the result: %w", err)
+	}
+	return res, nil
+}
+
+// runTime is the time a run id was made, as git takes a date; the epoch
+// for an id that is not postern's.
+func runTime(id string) string {
+	if len(id) >= 15 {
+		if t, err := time.Parse("20060102-150405", id[:15]); err == nil {
+			return strconv.FormatInt(t.Unix(), 10) + " +0000"
+		}
+	}
+	return "0 +0000"
+}
+
+// TooLargeError is a result over the limit.
+type TooLargeError struct{ Size, Max int64 }
+
+func (e *TooLargeError) Error() string {
+	return fmt.Sprintf("the run's result is %d bytes, over the limit of %d bytes (--max-result %d): it is kept on the machine; fetch it with 'postern runs fetch RUN-ID --max-result BYTES'", e.Size, e.Max, e.Max)
+}
