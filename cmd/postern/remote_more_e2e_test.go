@@ -315,7 +315,7 @@ func TestRemoteConnectionDropped(t *testing.T) {
 		pattern := "^sleep 300." + marker + "$" // the run's own sleep, not the command lines naming it
 		cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sh", "-c", "sleep 300."+marker+"; echo NOT-KILLED")
 		cmd.Env = r.C.env()
-		cmd.Dir = r.C.Home // not this source tree, which a remote run would take along
+		cmd.Dir = r.C.Dir // not this source tree, which a remote run would take along
 		var stdout, stderr lockedLog
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
@@ -337,7 +337,19 @@ func TestRemoteConnectionDropped(t *testing.T) {
 		if !slices.ContainsFunc(namespaces, func(n string) bool { return strings.HasPrefix(n, "net:") }) {
 			t.Fatalf("the run's process %d is in the remote's own network namespace: no wall? (its own: %v)", pids[0], namespaces)
 		}
-		agents := pgrepPids(t, "__agent serve")
+		// This test's agents only (under its temporary directory): other
+		// tests' agents run beside it.
+		labRoot := filepath.Dir(filepath.Dir(r.Remote.Home)) + "/"
+		var agents []int
+		for _, pid := range pgrepPids(t, "__agent serve") {
+			if cl, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && strings.HasPrefix(string(cl), labRoot) {
+				agents = append(agents, pid)
+			}
+		}
+		if len(agents) == 0 {
+			out, _ := exec.Command("sh", "-c", "for p in $(pgrep -f '__agent serve'); do tr '\\0' ' ' < /proc/$p/cmdline; echo; done").CombinedOutput()
+			t.Fatalf("no agent of this test (under %s) found while the run runs:\n%s", labRoot, out)
+		}
 
 		cut(t)
 		cutAt := time.Now()
