@@ -238,12 +238,12 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		}
 	}
 	run.State = records.StateRunning
+	started(spec, run)
 	// Workspace: the work is shipped before the run starts; its result is
 	// fetched after it ends (workspace.go).
 	if err := startWorkspace(ctx, store, run, &spec, m); err != nil {
 		return nil, err
 	}
-	started(spec, run)
 	if (c == carry.NetworkWall || c == carry.ConnectDoor) && m.IsLocal() {
 		// The running record is written while the wall goes up, and is durable
 		// before the command starts.

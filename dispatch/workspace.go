@@ -352,7 +352,7 @@ func collectAndImport(ctx context.Context, run *records.Run, step stepper) error
 		return err
 	}
 	ws.State = records.WorkspaceFetched
-	ws.Result, ws.ResultBranch, ws.Descends, ws.Commits = imp.Commit, imp.Branch, imp.Descends, res.Commits
+	ws.Result, ws.ResultBranch, ws.Descends, ws.Commits = imp.Commit, imp.Branch, imp.Descends, imp.Commits
 	if st, err := workspace.Diff(ctx, ws.Repo, ws.Base, imp.Commit, true); err == nil {
 		if len(st) > 8<<10 {
 			st = append(st[:8<<10], "…\n"...)
@@ -407,7 +407,10 @@ func agentStepper(sc *sshclient.Client, in agent.Install, name string) stepper {
 }
 
 // agentInstall is the agent a machine runs, as connectAgent finds it.
-func agentInstall(m machine.Machine, goos, goarch string, r Remote) (agent.Install, error) {
+func agentInstall(m machine.Machine, goos, goarch, version string) (agent.Install, error) {
+	if version == "" {
+		version = "dev"
+	}
 	bin, err := agent.Locate(goos, goarch)
 	if err != nil {
 		return agent.Install{}, err
@@ -415,10 +418,6 @@ func agentInstall(m machine.Machine, goos, goarch string, r Remote) (agent.Insta
 	hash, err := agent.CachedFileHash(bin)
 	if err != nil {
 		return agent.Install{}, err
-	}
-	version := r.Version
-	if version == "" {
-		version = "dev"
 	}
 	return agent.Install{Binary: bin, Hash: hash, Dir: m.AgentDir, Version: version}, nil
 }
@@ -467,7 +466,7 @@ func endLocalWorkspace(ctx context.Context, store *records.Store, run *records.R
 // command in the copy; and, once it has ended, brings the result home on
 // another.
 func runRemoteWorkspace(ctx context.Context, store *records.Store, run *records.Run, spec Spec, rec *probe.Record, m machine.Machine, src []byte, c *agent.Client, p agent.Process, sc *sshclient.Client, goos, goarch string) (int, error) {
-	in, err := agentInstall(m, goos, goarch, spec.Remote)
+	in, err := agentInstall(m, goos, goarch, spec.Remote.Version)
 	if err != nil {
 		return 0, err
 	}

@@ -84,7 +84,7 @@ func FetchResult(ctx context.Context, store *records.Store, id string, r Remote,
 	defer sc.Close()
 	awaitAgent(p)
 	p.Close()
-	in, err := agentInstall(m, goos, goarch, r)
+	in, err := agentInstall(m, goos, goarch, r.Version)
 	if err != nil {
 		return run, err
 	}

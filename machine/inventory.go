@@ -6,8 +6,10 @@ import (
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+	"github.com/zclconf/go-cty/cty/gocty"
 )
 
 // inventoryFile is the HCL inventory:
@@ -20,17 +22,91 @@ import (
 //	  env       = ["ANTHROPIC_API_KEY"] # passed to every run, values from postern's environment
 //	}
 type inventoryFile struct {
-	Machines []inventoryMachine `hcl:"machine,block"`
+	Machines []inventoryMachine
 }
 
 type inventoryMachine struct {
-	Name     string            `hcl:"name,label"`
-	SSH      string            `hcl:"ssh"`
-	Identity string            `hcl:"identity,optional"`
-	AgentDir string            `hcl:"agent_dir,optional"`
-	Labels   map[string]string `hcl:"labels,optional"`
-	Env      []string          `hcl:"env,optional"`
-	Range    hcl.Range         `hcl:",def_range"`
+	Name     string
+	SSH      string
+	Identity string
+	AgentDir string
+	Labels   map[string]string
+	Env      []string
+	Range    hcl.Range // the block's header
+}
+
+// The inventory's schema, decoded by hand rather than with gohcl: gohcl
+// brings in hclwrite and go-cmp, whose package initialisation every start of
+// postern would pay for, the wall's re-executed stages included.
+var (
+	inventorySchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "machine", LabelNames: []string{"name"}}}}
+	machineSchema   = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
+		{Name: "ssh", Required: true},
+		{Name: "identity"},
+		{Name: "agent_dir"},
+		{Name: "labels"},
+		{Name: "env"},
+	}}
+)
+
+// decodeInventory decodes body as gohcl.DecodeBody would into the structs
+// above: the same schema, conversions and diagnostics.
+func decodeInventory(body hcl.Body) (inventoryFile, hcl.Diagnostics) {
+	var inv inventoryFile
+	content, diags := body.Content(inventorySchema)
+	if content == nil {
+		return inv, diags
+	}
+	for _, b := range content.Blocks {
+		if b.Type != "machine" {
+			continue
+		}
+		m := inventoryMachine{Name: b.Labels[0], Range: b.DefRange}
+		mc, mdiags := b.Body.Content(machineSchema)
+		diags = append(diags, mdiags...)
+		if mc != nil {
+			diags = append(diags, decodeAttr(mc.Attributes["ssh"], &m.SSH)...)
+			diags = append(diags, decodeAttr(mc.Attributes["identity"], &m.Identity)...)
+			diags = append(diags, decodeAttr(mc.Attributes["agent_dir"], &m.AgentDir)...)
+			diags = append(diags, decodeAttr(mc.Attributes["labels"], &m.Labels)...)
+			diags = append(diags, decodeAttr(mc.Attributes["env"], &m.Env)...)
+		}
+		inv.Machines = append(inv.Machines, m)
+	}
+	return inv, diags
+}
+
+// decodeAttr sets *to from attr's value, converted to *to's type (a string
+// a list of strings or a map of strings); a missing attr leaves it as it is.
+func decodeAttr(attr *hcl.Attribute, to any) hcl.Diagnostics {
+	if attr == nil {
+		return nil
+	}
+	val, diags := attr.Expr.Value(nil)
+	ty := cty.String
+	switch to.(type) {
+	case *map[string]string:
+		ty = cty.Map(cty.String)
+	case *[]string:
+		ty = cty.List(cty.String)
+	}
+	unsuitable := func(err error) hcl.Diagnostics {
+		return append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Unsuitable value type",
+			Detail:   fmt.Sprintf("Unsuitable value: %s", err.Error()),
+			Subject:  attr.Expr.StartRange().Ptr(),
+			Context:  attr.Expr.Range().Ptr(),
+		})
+	}
+	val, err := convert.Convert(val, ty)
+	if err != nil {
+		return unsuitable(err)
+	}
+	if err := gocty.FromCtyValue(val, to); err != nil {
+		return unsuitable(err)
+	}
+	return diags
 }
 
 // InventoryError is an inventory that cannot be used; its message has
@@ -70,8 +146,8 @@ func ParseInventory(filename string, src []byte) ([]Machine, error) {
 	if diags.HasErrors() {
 		return nil, &InventoryError{diags}
 	}
-	var inv inventoryFile
-	if diags := gohcl.DecodeBody(f.Body, nil, &inv); diags.HasErrors() {
+	inv, diags := decodeInventory(f.Body)
+	if diags.HasErrors() {
 		return nil, &InventoryError{diags}
 	}
 	var out []Machine

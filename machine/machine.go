@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"regexp"
 	"runtime"
+	"sync"
 	"time"
 )
 
@@ -46,11 +47,11 @@ type Machine struct {
 // ErrBadName is returned for machine names that cannot be used.
 var ErrBadName = errors.New("bad machine name")
 
-var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+var nameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`) })
 
 // CheckName reports whether name can name a machine.
 func CheckName(name string) error {
-	if !nameRE.MatchString(name) {
+	if !nameRE().MatchString(name) {
 		return fmt.Errorf("%w %q: use lowercase letters, digits, '.', '_' and '-', at most 63 characters", ErrBadName, name)
 	}
 	return nil

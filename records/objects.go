@@ -20,8 +20,8 @@ const (
 	StateExited  = "exited"
 	StateFailed  = "failed"
 	StateLost    = "lost"
-	// StateCancelled is a run its dispatch stopped (Ctrl-C, dispatches
-	// cancel, a task's timeout).
+	// StateCancelled is a run its dispatch stopped when it was cancelled
+	// (Ctrl-C, dispatches cancel).
 	StateCancelled = "cancelled"
 )
 
@@ -98,14 +98,14 @@ type Run struct {
 	// machine it ran on, 0 if none was started or it is not known; Pid is
 	// the controller's, here.
 	RunPid int `json:"run_pid"`
-	// Workspace is the copy of the caller's work the run worked in.
-	Workspace *Workspace `json:"workspace,omitempty"`
 	// EnvNames are the names of the variables passed to the run with --env
 	// and the machine's env list; their values are never recorded.
 	EnvNames []string `json:"env_names"`
 	// End says how the run ended (End* constants); "" while it runs, and in
 	// runs recorded before it was kept.
 	End string `json:"end"`
+	// Workspace is the copy of the caller's work the run worked in.
+	Workspace *Workspace `json:"workspace"`
 }
 
 // MaxPolicyText bounds the policy text a run record keeps.

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"regexp"
@@ -38,6 +39,8 @@ type Installed struct {
 	Mtime int64 `json:"mtime"`
 	// Complete says the agent's file is there.
 	Complete bool `json:"complete"`
+	// nanos is the fraction of a second of the modification time.
+	nanos int64
 }
 
 var hashName = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -47,7 +50,7 @@ var hashName = regexp.MustCompile(`^[0-9a-f]{64}$`)
 func listCommand(dir string) string {
 	return "cd " + shellQuote(dir) + " 2>/dev/null || { echo none; exit 0; }; pwd -P; " +
 		`for h in *; do [ -d "$h" ] || continue; c=0; [ -f "$h/postern" ] && c=1; ` +
-		`m=$(stat -c %Y "$h" 2>/dev/null || stat -f %m "$h"); k=$(du -sk "$h" | cut -f1); ` +
+		`m=$(stat -c %.9Y "$h" 2>/dev/null || stat -f %Fm "$h" 2>/dev/null || stat -f %m "$h"); k=$(du -sk "$h" | cut -f1); ` +
 		`printf 'agent %s %s %s %s\n' "$c" "$m" "$k" "$h"; done`
 }
 
@@ -68,14 +71,35 @@ func parseListing(out string) (abs string, found []Installed, err error) {
 		if len(f) != 5 || f[0] != "agent" || !hashName.MatchString(f[4]) {
 			continue
 		}
-		mtime, err1 := strconv.ParseInt(f[2], 10, 64)
+		mtime, nanos, err1 := parseMtime(f[2])
 		kib, err2 := strconv.ParseInt(f[3], 10, 64)
 		if err1 != nil || err2 != nil || (f[1] != "0" && f[1] != "1") {
 			continue
 		}
-		found = append(found, Installed{Hash: f[4], Path: strings.TrimRight(abs, "/") + "/" + f[4], KiB: kib, Mtime: mtime, Complete: f[1] == "1"})
+		found = append(found, Installed{Hash: f[4], Path: strings.TrimRight(abs, "/") + "/" + f[4], KiB: kib, Mtime: mtime, nanos: nanos, Complete: f[1] == "1"})
 	}
 	return abs, found, nil
+}
+
+// parseMtime reads a modification time as stat prints it: Unix seconds,
+// with a fraction where the system keeps one (GNU %.9Y, BSD %Fm). Installs
+// a second apart or less are told apart by the fraction.
+func parseMtime(s string) (sec, nanos int64, err error) {
+	whole, frac, _ := strings.Cut(s, ".")
+	if sec, err = strconv.ParseInt(whole, 10, 64); err != nil {
+		return 0, 0, err
+	}
+	if frac == "" {
+		return sec, 0, nil
+	}
+	if len(frac) > 9 {
+		frac = frac[:9]
+	}
+	frac += strings.Repeat("0", 9-len(frac))
+	if nanos, err = strconv.ParseInt(frac, 10, 64); err != nil || nanos < 0 {
+		return 0, 0, fmt.Errorf("bad fraction in %q", s)
+	}
+	return sec, nanos, nil
 }
 
 // ListInstalled lists the agent versions under dir ("" is DefaultDir) on
@@ -92,7 +116,12 @@ func ListInstalled(ctx context.Context, t Transport, dir string) ([]Installed, e
 	if err != nil {
 		return nil, err
 	}
-	slices.SortStableFunc(found, func(a, b Installed) int { return int(b.Mtime - a.Mtime) })
+	slices.SortStableFunc(found, func(a, b Installed) int {
+		if c := cmp.Compare(b.Mtime, a.Mtime); c != 0 {
+			return c
+		}
+		return cmp.Compare(b.nanos, a.nanos)
+	})
 	return found, nil
 }
 

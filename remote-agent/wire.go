@@ -314,12 +314,12 @@ type Exit struct {
 	// Writes says what became of the run's writes on the remote machine
 	// that did not reach it as written (see records.Run).
 	Writes []string `json:"writes,omitempty"`
-	// Workspace is what a workspace step found or made.
-	Workspace *WorkspaceResult `json:"workspace,omitempty"`
 	// NotRun is set when the command could not be started at all:
 	// NotFound (Code 127) or NotExecutable (126); Error then says where it
 	// was looked for or why it cannot be executed.
 	NotRun string `json:"not_run,omitempty"`
+	// Workspace is what a workspace step found or made.
+	Workspace *WorkspaceResult `json:"workspace,omitempty"`
 }
 
 // Exit.NotRun values.

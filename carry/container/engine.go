@@ -188,13 +188,13 @@ type podmanInfo struct {
 
 // runtimeMissingRE is podman's complaint when its configured OCI runtime is not
 // installed (Debian's podman prefers crun; runc may be the one present).
-var runtimeMissingRE = regexp.MustCompile(`OCI runtime "?([A-Za-z0-9._-]+)"? not found`)
+var runtimeMissingRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`OCI runtime "?([A-Za-z0-9._-]+)"? not found`) })
 
 func detectPodman(ctx context.Context, path string) (*Engine, error) {
 	e := &Engine{Name: Podman, Path: path}
 	info, err := e.podmanInfo(ctx)
 	if err != nil {
-		m := runtimeMissingRE.FindStringSubmatch(err.Error())
+		m := runtimeMissingRE().FindStringSubmatch(err.Error())
 		if m == nil {
 			return nil, err
 		}

@@ -12,6 +12,7 @@ import (
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -26,7 +27,7 @@ type ImageFile struct {
 	Link   string
 }
 
-var imageNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+var imageNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`) })
 
 // importTimeout bounds building and importing an image.
 const importTimeout = 2 * time.Minute
@@ -35,7 +36,7 @@ const importTimeout = 2 * time.Minute
 // engine as localhost/NAME:<hash of its contents> unless an image of that name is
 // already there, and returns the reference. No registry is asked for anything.
 func BuildImage(ctx context.Context, e *Engine, name string, files []ImageFile) (string, error) {
-	if !imageNameRE.MatchString(name) {
+	if !imageNameRE().MatchString(name) {
 		return "", fmt.Errorf("image name %q: use lowercase letters, digits, '.', '_' and '-'", name)
 	}
 	tarball, err := rootfsTar(files)

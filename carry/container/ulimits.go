@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // rlimitNames are the engines' --ulimit names by Linux resource number
@@ -20,7 +21,9 @@ var rlimitNames = map[int]string{
 // resource limit above what the engine's own processes may raise it to: the
 // engine asks for its defaults (podman: 1048576 open files), the machine's hard
 // limit is lower and the engine lacks CAP_SYS_RESOURCE.
-var rlimitRefusedRE = regexp.MustCompile("(?i)(?:error setting rlimit type (\\d+)|setrlimit\\s+`?RLIMIT_([A-Z]+)`?)[^\\n]*?(?:operation not permitted|permission denied)")
+var rlimitRefusedRE = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile("(?i)(?:error setting rlimit type (\\d+)|setrlimit\\s+`?RLIMIT_([A-Z]+)`?)[^\\n]*?(?:operation not permitted|permission denied)")
+})
 
 // rlimitByName maps RLIMIT_X suffixes (crun's spelling) to resource numbers.
 var rlimitByName = func() map[string]int {
@@ -34,7 +37,7 @@ var rlimitByName = func() map[string]int {
 // refusedRlimit finds, in what the engine printed when a container failed to
 // start, the resource limit the runtime could not set.
 func refusedRlimit(stderr string) (int, bool) {
-	m := rlimitRefusedRE.FindStringSubmatch(stderr)
+	m := rlimitRefusedRE().FindStringSubmatch(stderr)
 	if m == nil {
 		return 0, false
 	}

@@ -28,12 +28,14 @@
 //     policy's writable places are written for real, a repository's git
 //     directories take what a commit writes and nothing git obeys, and
 //     postern's records, its agents and the policy's deny_read are masked;
-//   - starts the command through ExecArg, which drops every capability, locks
-//     the securebits, sets no_new_privs, refuses setuid and setgid bits with
-//     a seccomp filter and execs it, in a session of its own whose terminal,
-//     if it has one, is a pty of the run's relayed to the caller's, with at
-//     most the run's pids limit of processes (its own cgroup, else
-//     RLIMIT_NPROC);
+//   - starts the command from a thread of its own that first drops every
+//     capability, locks the securebits, sets no_new_privs, refuses setuid
+//     and setgid bits with a seccomp filter and marks every descriptor above
+//     2 close-on-exec (for Landlock, and for what only it reports, through
+//     ExecArg, which does the same and execs), in a session of its own whose
+//     terminal, if it has one, is a pty of the run's relayed to the
+//     caller's, with at most the run's pids limit of processes (its own
+//     cgroup, else RLIMIT_NPROC);
 //   - reaps, forwards signals, and once the command ends kills every other
 //     process of the run, brings home what may come home from the private
 //     layer (see Ending), and exits with the command's status.

@@ -26,9 +26,10 @@ const (
 
 // Init is the wall's init, pid 1 of the run's namespaces; the process Raise
 // starts with InitArg calls it and exits with the status it returns. It sets up
-// the namespace as the control socket asks, starts the command through the
-// ExecArg stage, reaps every process that ends in the pid namespace and returns
-// the command's status (128+n for signal n). Signals arriving on signals and
+// the namespace as the control socket asks, starts the command with every
+// privilege dropped (see startCommand), reaps every process that ends in the
+// pid namespace and returns the command's status (128+n for signal n).
+// Signals arriving on signals and
 // from Wall.Signal go to the command's process group. When ctx is done or the
 // host side disappears, the run is killed.
 //
@@ -72,14 +73,18 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 		}
 		defer tty.restore()
 	}
-	if cfg.NProc > 0 {
-		// The command and all it starts count against it in the run's own
-		// user namespace (Linux 5.14 and later); the init is one of them.
-		lim := unix.Rlimit{Cur: cfg.NProc, Max: cfg.NProc}
-		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
-			_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: fmt.Sprintf("limit the run to %d processes: %v", cfg.NProc, err)}})
-			return exitInitFailed
-		}
+	if werr := limitProcs(cfg.NProc); werr != nil {
+		_ = ctl.send(message{Type: msgError, Err: werr})
+		return exitInitFailed
+	}
+	// The run's processes share the init's uid: whatever of the init /proc
+	// gates behind ptrace (its descriptors, memory, environment) is theirs to
+	// read wherever the init's credentials are no more than theirs, as they
+	// are on the thread that starts the command (see startDropped). Not
+	// dumpable, the init is out of their reach whatever its threads hold.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: fmt.Sprintf("make the init not dumpable: %v", err)}})
+		return exitInitFailed
 	}
 	pid, notify, err := startCommand(cfg, tty)
 	if err != nil {
@@ -107,6 +112,20 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 	ending := view.finish()
 	_ = ctl.send(message{Type: msgEnded, Ending: &ending})
 	return status
+}
+
+// limitProcs sets RLIMIT_NPROC to n, when n is not 0: the command and all
+// it starts count against it in the run's own user namespace (Linux 5.14
+// and later); the init is one of them.
+func limitProcs(n uint64) *wireError {
+	if n == 0 {
+		return nil
+	}
+	lim := unix.Rlimit{Cur: n, Max: n}
+	if err := unix.Setrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+		return &wireError{Step: "start", Message: fmt.Sprintf("limit the run to %d processes: %v", n, err)}
+	}
+	return nil
 }
 
 // supervise runs the command as pid 1 until it ends, forwarding the signals
@@ -164,19 +183,33 @@ func signalRequests(ctl *channel) <-chan syscall.Signal {
 // It returns the listeners' descriptors (transparent, DNS UDP, DNS TCP) and
 // what it keeps of the run's view for its end.
 func setup(cfg initConfig) ([]*os.File, *mounted, *wireError) {
-	var files []*os.File
-	var werr *wireError
-	if cfg.NoNetwork {
-		werr = loopbackOnly()
-	} else {
-		files, werr = configureNetns(cfg.Ports, cfg.AllTCP)
+	// The network namespace and the mount namespace are made side by side:
+	// neither step reads what the other changes.
+	type network struct {
+		files []*os.File
+		werr  *wireError
 	}
-	if werr != nil {
-		return nil, nil, werr
-	}
+	primeListenBacklog()
+	netDone := make(chan network, 1)
+	go func() {
+		var n network
+		if cfg.NoNetwork {
+			n.werr = loopbackOnly()
+		} else {
+			n.files, n.werr = configureNetns(cfg.Ports, cfg.AllTCP)
+		}
+		netDone <- n
+	}()
 	view, err := privateMounts(cfg)
+	n := <-netDone
+	if n.werr != nil {
+		if err == nil {
+			view.close()
+		}
+		return nil, nil, n.werr
+	}
 	if err != nil {
-		for _, f := range files {
+		for _, f := range n.files {
 			f.Close()
 		}
 		var oe *overlayError
@@ -185,7 +218,17 @@ func setup(cfg initConfig) ([]*os.File, *mounted, *wireError) {
 		}
 		return nil, nil, stepError(StepMount, err)
 	}
-	return files, view, nil
+	return n.files, view, nil
+}
+
+// primeListenBacklog has the net package read the listen backlog, which it
+// does from /proc/sys/net/core/somaxconn at the first listen and keeps, while
+// /proc is still readable: the mounts made beside the door's listeners seal
+// it, and a backlog read after would be the fallback, 128.
+func primeListenBacklog() {
+	if l, err := net.Listen("unix", "@postern-wall-backlog"); err == nil {
+		l.Close()
+	}
 }
 
 // loopbackOnly makes the calling thread's network namespace one with lo up
@@ -208,26 +251,32 @@ func loopbackOnly() *wireError {
 // the nftables table. It returns the listeners' descriptors: transparent, DNS
 // UDP, DNS TCP, and the wall's log of refusals when the kernel has one.
 func configureNetns(ports []uint16, allTCP bool) ([]*os.File, *wireError) {
-	lo, err := netlink.LinkByName("lo")
+	// One netlink socket for every change below, rather than one each.
+	nl, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, stepError(StepLoopback, fmt.Errorf("open a netlink socket: %w", err))
+	}
+	defer nl.Close()
+	lo, err := nl.LinkByName("lo")
 	if err != nil {
 		return nil, stepError(StepLoopback, fmt.Errorf("find lo: %w", err))
 	}
-	if err := netlink.LinkSetUp(lo); err != nil {
+	if err := nl.LinkSetUp(lo); err != nil {
 		return nil, stepError(StepLoopback, fmt.Errorf("set lo up: %w", err))
 	}
-	if err := addRunAddrs(lo); err != nil {
+	if err := addRunAddrs(nl, lo); err != nil {
 		return nil, stepError(StepLoopback, err)
 	}
 	// Without a source address the kernel would pick none for IPv4
 	// destinations reached through lo (127.0.0.1 has host scope).
 	v4 := &netlink.Route{LinkIndex: lo.Attrs().Index, Scope: netlink.SCOPE_LINK, Src: net.IPv4(127, 0, 0, 1).To4(),
 		Dst: &net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}}
-	if err := netlink.RouteAdd(v4); err != nil {
+	if err := nl.RouteAdd(v4); err != nil {
 		return nil, stepError(StepRoute, fmt.Errorf("add IPv4 default route via lo: %w", err))
 	}
 	v6 := &netlink.Route{LinkIndex: lo.Attrs().Index, Src: net.IPv6loopback,
 		Dst: &net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}}
-	if err := netlink.RouteAdd(v6); err != nil && !ipv6Disabled(err) {
+	if err := nl.RouteAdd(v6); err != nil && !ipv6Disabled(err) {
 		return nil, stepError(StepRoute, fmt.Errorf("add IPv6 default route via lo: %w", err))
 	}
 
@@ -284,13 +333,13 @@ func applyRules(cfg RuleConfig) error {
 // addRunAddrs gives lo one more address per family besides 127.0.0.1 and
 // ::1. glibc's getaddrinfo with AI_ADDRCONFIG (Node's default) answers nothing
 // on a machine with only those two, as if it were offline.
-func addRunAddrs(lo netlink.Link) error {
+func addRunAddrs(nl *netlink.Handle, lo netlink.Link) error {
 	v4 := &netlink.Addr{IPNet: &net.IPNet{IP: runAddr4.AsSlice(), Mask: net.CIDRMask(8, 32)}, Scope: int(netlink.SCOPE_HOST)}
-	if err := netlink.AddrAdd(lo, v4); err != nil {
+	if err := nl.AddrAdd(lo, v4); err != nil {
 		return fmt.Errorf("add %s to lo: %w", runAddr4, err)
 	}
 	v6 := &netlink.Addr{IPNet: &net.IPNet{IP: runAddr6.AsSlice(), Mask: net.CIDRMask(128, 128)}, Flags: unix.IFA_F_NODAD}
-	if err := netlink.AddrAdd(lo, v6); err != nil && !ipv6Disabled(err) {
+	if err := nl.AddrAdd(lo, v6); err != nil && !ipv6Disabled(err) {
 		return fmt.Errorf("add %s to lo: %w", runAddr6, err)
 	}
 	return nil
@@ -460,13 +509,15 @@ func resolvConfUnder() (string, []byte) {
 	return real, data
 }
 
-// startCommand starts the ExecArg stage, which drops every privilege and
-// execs the command, in a session of its own: with tty, the run's terminal is
-// its controlling terminal; without, it has none. (In the caller's session
-// its /dev/tty would be the caller's terminal, where TIOCSTI types into the
-// shell that started postern.)
-// startCommand starts the exec stage and returns its pid and, where Landlock
-// confines its connects, its connect notification descriptor (nil if none).
+// startCommand starts the command in a session of its own: with tty, the
+// run's terminal is its controlling terminal; without, it has none. (In the
+// caller's session its /dev/tty would be the caller's terminal, where TIOCSTI
+// types into the shell that started postern.) The command is forked from a
+// thread of the init that first gives up what the ExecArg stage gives up
+// (see startDropped); where that cannot start it as the stage would, the
+// ExecArg stage starts it.
+// It returns the pid and, where Landlock confines the command's connects,
+// its connect notification descriptor (nil if none).
 func startCommand(cfg initConfig, tty *runTerminal) (int, *os.File, error) {
 	attr := &syscall.ProcAttr{
 		Dir:   cfg.Dir,
@@ -478,6 +529,12 @@ func startCommand(cfg initConfig, tty *runTerminal) (int, *os.File, error) {
 		attr.Files = tty.stdio()
 		attr.Sys.Setctty = true
 		attr.Sys.Ctty = 0
+	}
+	if pid, err := startDropped(cfg.Command, attr); !errors.Is(err, errUseStage) {
+		if err != nil {
+			return 0, nil, fmt.Errorf("start %q in %s: %w", cfg.Command[0], cfg.Dir, err)
+		}
+		return pid, nil, nil
 	}
 	argv := append([]string{os.Args[0], ExecArg}, cfg.Command...)
 	// Landlock will refuse connects the wall never sees: the exec stage

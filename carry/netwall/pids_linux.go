@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -127,10 +128,24 @@ func sweepCgroups(parent string) {
 		return
 	}
 	for _, e := range ents {
-		if e.IsDir() && strings.HasPrefix(e.Name(), cgroupPrefix) {
+		if e.IsDir() && strings.HasPrefix(e.Name(), cgroupPrefix) && !ownerAlive(e.Name()) {
 			_ = os.Remove(filepath.Join(parent, e.Name()))
 		}
 	}
+}
+
+// ownerAlive says whether the postern that made the cgroup name (the pid
+// after cgroupPrefix) is still running. Its cgroup is empty for a moment
+// after it is made, before its run's init moves in (cgroup v1): another run
+// starting then must not sweep it away.
+func ownerAlive(name string) bool {
+	pidText, _, _ := strings.Cut(strings.TrimPrefix(name, cgroupPrefix), "-")
+	pid, err := strconv.Atoi(pidText)
+	if err != nil || pid <= 0 {
+		return false
+	}
+	err = syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // cgroupMounts finds the cgroup v1 hierarchy holding the pids controller and

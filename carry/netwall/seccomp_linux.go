@@ -169,7 +169,11 @@ func abiBlock(abi seccompABI) []bpf.Instruction {
 
 // applySetIDFilter installs the filter on the calling process (all its
 // threads). no_new_privs must already be set.
-func applySetIDFilter() error {
+func applySetIDFilter() error { return installSetIDFilter(unix.SECCOMP_FILTER_FLAG_TSYNC) }
+
+// installSetIDFilter installs the filter with flags: on the calling thread
+// alone with 0, on all of the process's threads with SECCOMP_FILTER_FLAG_TSYNC.
+func installSetIDFilter(flags uintptr) error {
 	abis, err := seccompABIs(runtime.GOARCH)
 	if err != nil {
 		return err
@@ -187,7 +191,7 @@ func applySetIDFilter() error {
 		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&prog)))
+	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&prog)))
 	runtime.KeepAlive(filter)
 	if errno != 0 {
 		return fmt.Errorf("install the seccomp filter refusing setuid and setgid files: %w", errno)

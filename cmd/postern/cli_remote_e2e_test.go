@@ -112,7 +112,6 @@ func TestRemoteRunEnvStatusesAndTerminal(t *testing.T) {
 		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
 		cmd := exec.Command(posternBin, append(runFlags, "--json", "--", "sh", "-c", "sleep 300."+marker)...)
 		cmd.Env = r.C.env()
-		cmd.Dir = r.C.workDir(t) // not this source tree, which the run would take along
 		var stdout, stderr lockedLog
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {

@@ -17,13 +17,13 @@ import (
 // entrypoint, runs under this hidden first argument as the container's pid 1.
 
 func init() {
-	rootCmd.AddCommand(hidden(container.InitArg, func(cmd *cobra.Command, args []string) error {
+	reexecs[container.InitArg] = func(args []string) int {
 		sigs := make(chan os.Signal, 8)
 		signal.Notify(sigs, forwardedSignals...)
 		// SIGINT and SIGTERM are the command's to handle: the harness passes
 		// them on instead of stopping.
-		return exitCode(container.Init(context.WithoutCancel(cmd.Context()), args, sigs, os.Stderr))
-	}))
+		return container.Init(context.Background(), args, sigs, os.Stderr)
+	}
 }
 
 // checkContainerFlags refuses --engine and --container-network without

@@ -64,7 +64,7 @@ func BenchmarkFleetDispatch(b *testing.B) {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "sh", "-c", script)
 		cmd.Env = append(c.env(), "POSTERN="+posternBin, "JOBS="+jobsFile, "SSHCONF="+c.sshFile("config"), "KNOWN="+c.sshFile("known_hosts"), "KEY="+c.Key)
-		cmd.Dir = c.workDir(b) // not in this source tree: a run there would ship it
+		cmd.Dir = c.Dir // not in this source tree: a run there would ship it
 		t0 := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {
 			b.Fatalf("%s: %v\n%s", script, err, out)

@@ -524,7 +524,7 @@ func TestDispatchFleet(t *testing.T) {
 		}
 		cmd := exec.Command(posternBin, "dispatch", tasksFile(t, src.String()))
 		cmd.Env = c.env()
-		cmd.Dir = c.workDir(t) // not in this source tree: a dispatch there would ship it
+		cmd.Dir = c.Dir // not in this source tree: a dispatch there would ship it
 		var stdout, stderr lockedLog
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
@@ -608,7 +608,7 @@ func TestDispatchFleet(t *testing.T) {
 		}
 		cmd := exec.Command(posternBin, "dispatch", "--json", tasksFile(t, src.String()))
 		cmd.Env = c.env()
-		cmd.Dir = c.workDir(t) // not in this source tree: a dispatch there would ship it
+		cmd.Dir = c.Dir // not in this source tree: a dispatch there would ship it
 		pr, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -712,7 +712,7 @@ func TestDispatchFleet(t *testing.T) {
 		}
 		cmd := exec.Command(posternBin, "dispatch", tasksFile(t, src.String()))
 		cmd.Env = c.env()
-		cmd.Dir = c.workDir(t)
+		cmd.Dir = c.Dir
 		var stdout, stderr lockedLog
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {

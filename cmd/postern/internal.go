@@ -3,11 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
-
-	"github.com/spf13/cobra"
 
 	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/carry/seatbelt"
@@ -16,57 +15,66 @@ import (
 
 // Hidden entry points: postern re-executes itself under these first arguments
 // to become the wall's init, the wall's last stage before the command, or a
-// probe child. People never type them.
+// probe child. People never type them. main looks them up before it builds or
+// runs any command line: each wall start pays for its init and its last stage,
+// and neither needs cobra.
 
 // forwardedSignals are passed by the wall's init to the run.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
 
-func hidden(use string, run func(cmd *cobra.Command, args []string) error) *cobra.Command {
-	return &cobra.Command{
-		Use:                use,
-		Hidden:             true,
-		DisableFlagParsing: true,
-		SilenceUsage:       true,
-		RunE:               run,
+// reexecs are the hidden entry points by first argument. Each gets the
+// arguments after it and returns the process's exit status.
+var reexecs = map[string]func(args []string) int{
+	netwall.InitArg: func([]string) int {
+		sigs := make(chan os.Signal, 8)
+		// SIGWINCH: the init resizes the run's terminal.
+		signal.Notify(sigs, append(forwardedSignals, syscall.SIGWINCH)...)
+		// SIGINT and SIGTERM are the run's to handle: the init passes
+		// them on instead of stopping.
+		return netwall.Init(context.Background(), sigs)
+	},
+	netwall.ExecArg: func(args []string) int {
+		err := netwall.ExecDropped(args)
+		return failed(err, errors.Is(err, netwall.ErrCommandNotFound))
+	},
+	seatbelt.ExecArg: func(args []string) int {
+		err := seatbelt.ExecMain(args)
+		return failed(err, errors.Is(err, seatbelt.ErrCommandNotFound))
+	},
+	probe.SeatbeltArg: probeChild(probe.SeatbeltArg),
+	probe.ConnectArg:  probeChild(probe.ConnectArg),
+	probe.UsernsArg:   probeChild(probe.UsernsArg),
+	probe.NetnsArg:    probeChild(probe.NetnsArg),
+	probe.OverlayArg:  probeChild(probe.OverlayArg),
+}
+
+// reexecEntry is the hidden entry point argv asks for, if any.
+func reexecEntry(argv []string) (func() int, bool) {
+	if len(argv) < 2 {
+		return nil, false
 	}
+	run, ok := reexecs[argv[1]]
+	if !ok {
+		return nil, false
+	}
+	return func() int { return run(argv[2:]) }, true
 }
 
-func init() {
-	rootCmd.AddCommand(
-		hidden(netwall.InitArg, func(cmd *cobra.Command, args []string) error {
-			sigs := make(chan os.Signal, 8)
-			// SIGWINCH: the init resizes the run's terminal.
-			signal.Notify(sigs, append(forwardedSignals, syscall.SIGWINCH)...)
-			// SIGINT and SIGTERM are the run's to handle: the init passes
-			// them on instead of stopping.
-			code := netwall.Init(context.WithoutCancel(cmd.Context()), sigs)
-			return exitCode(code)
-		}),
-		hidden(netwall.ExecArg, func(cmd *cobra.Command, args []string) error {
-			err := netwall.ExecDropped(args)
-			if errors.Is(err, netwall.ErrCommandNotFound) {
-				return &exitError{code: 127, err: err}
-			}
-			return &exitError{code: 126, err: err}
-		}),
-		hidden(seatbelt.ExecArg, func(cmd *cobra.Command, args []string) error {
-			err := seatbelt.ExecMain(args)
-			if errors.Is(err, seatbelt.ErrCommandNotFound) {
-				return &exitError{code: 127, err: err}
-			}
-			return &exitError{code: 126, err: err}
-		}),
-		hidden(probe.SeatbeltArg, probeChild(probe.SeatbeltArg)),
-		hidden(probe.ConnectArg, probeChild(probe.ConnectArg)),
-		hidden(probe.UsernsArg, probeChild(probe.UsernsArg)),
-		hidden(probe.NetnsArg, probeChild(probe.NetnsArg)),
-		hidden(probe.OverlayArg, probeChild(probe.OverlayArg)),
-	)
+// failed prints why an exec stage could not exec its command and returns the
+// status shells use: 127 for a command not found, else 126.
+func failed(err error, notFound bool) int {
+	fmt.Fprintln(os.Stderr, "postern:", err)
+	if notFound {
+		return 127
+	}
+	return 126
 }
 
-func probeChild(name string) func(cmd *cobra.Command, args []string) error {
-	return func(cmd *cobra.Command, args []string) error {
-		return exitCode(probe.ChildMain(cmd.Context(), name, args, os.Stdout))
+func probeChild(name string) func(args []string) int {
+	return func(args []string) int {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		return probe.ChildMain(ctx, name, args, os.Stdout)
 	}
 }
 

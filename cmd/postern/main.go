@@ -34,7 +34,11 @@ var rootCmd = &cobra.Command{
 }
 
 func main() {
+
 	keepInheritedFromChildren()
+	if run, ok := reexecEntry(os.Args); ok {
+		os.Exit(run()) // postern re-executed as one of its own stages: no command line
+	}
 	strictCommands(rootCmd)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -68,11 +68,16 @@ type controller struct {
 	Key         string   // private key file
 	Pub         string   // public key line
 	Env         []string // more environment for postern, e.g. SSH_AUTH_SOCK
+	// Dir is where postern is started: a directory of its own, neither
+	// this source tree (a run started in a git work tree would take it
+	// along, see workspace_e2e_test.go) nor the home (a local run refuses
+	// to write there).
+	Dir string
 }
 
 func newController(t testing.TB) *controller {
 	t.Helper()
-	c := &controller{Home: t.TempDir(), PosternHome: t.TempDir()}
+	c := &controller{Home: t.TempDir(), PosternHome: t.TempDir(), Dir: t.TempDir()}
 	ssh := filepath.Join(c.Home, ".ssh")
 	if err := os.MkdirAll(ssh, 0o700); err != nil {
 		t.Fatal(err)
@@ -96,17 +101,6 @@ func keygen(t testing.TB, path string) {
 }
 
 func (c *controller) sshFile(name string) string { return filepath.Join(c.Home, ".ssh", name) }
-
-// workDir is a directory of the person's under the home, where postern is
-// started from.
-func (c *controller) workDir(t testing.TB) string {
-	t.Helper()
-	d := filepath.Join(c.Home, "work")
-	if err := os.MkdirAll(d, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
 
 // writeSSH writes a file under ~/.ssh.
 func (c *controller) writeSSH(t testing.TB, name, content string) {
@@ -149,10 +143,7 @@ func (c *controller) postern(t testing.TB, args ...string) (stdout, stderr strin
 	cmd := exec.CommandContext(ctx, posternBin, args...)
 	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.Env = c.env()
-	// A directory of the person's, not this source tree (a run started in
-	// a git work tree would take it along, see workspace_e2e_test.go), nor
-	// the home itself (a local walled run never works in the home).
-	cmd.Dir = c.workDir(t)
+	cmd.Dir = c.Dir
 	err := cmd.Run()
 	var ee *exec.ExitError
 	switch {
@@ -786,7 +777,7 @@ func TestRemoteControllerKilledLeavesNothing(t *testing.T) {
 	marker := fmt.Sprintf("%03d%03d", time.Now().UnixNano()%1000, os.Getpid()%1000)
 	cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sleep", "300."+marker)
 	cmd.Env = r.C.env()
-	cmd.Dir = r.C.workDir(t) // not this source tree, which the run would take along
+	cmd.Dir = r.C.Dir // not this source tree, which a remote run would take along
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {

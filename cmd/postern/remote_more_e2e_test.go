@@ -46,7 +46,7 @@ func (c *controller) startOnPTY(t *testing.T, rows, cols uint16, args ...string)
 	p := &ptyProc{master: master, waited: make(chan struct{}), read: make(chan struct{})}
 	p.cmd = exec.Command(posternBin, args...)
 	p.cmd.Env = append(c.env(), "TERM=xterm-remote-test")
-	p.cmd.Dir = c.workDir(t) // not this source tree, which a remote run would take along
+	p.cmd.Dir = c.Home // not this source tree, which a remote run would take along
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = slave, slave, slave
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 	if err := p.cmd.Start(); err != nil {
@@ -315,7 +315,7 @@ func TestRemoteConnectionDropped(t *testing.T) {
 		pattern := "^sleep 300." + marker + "$" // the run's own sleep, not the command lines naming it
 		cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sh", "-c", "sleep 300."+marker+"; echo NOT-KILLED")
 		cmd.Env = r.C.env()
-		cmd.Dir = r.C.workDir(t) // not this source tree, which the run would take along
+		cmd.Dir = r.C.Dir // not this source tree, which a remote run would take along
 		var stdout, stderr lockedLog
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		if err := cmd.Start(); err != nil {
@@ -337,7 +337,19 @@ func TestRemoteConnectionDropped(t *testing.T) {
 		if !slices.ContainsFunc(namespaces, func(n string) bool { return strings.HasPrefix(n, "net:") }) {
 			t.Fatalf("the run's process %d is in the remote's own network namespace: no wall? (its own: %v)", pids[0], namespaces)
 		}
-		agents := pgrepPids(t, "__agent serve")
+		// This test's agents only (under its temporary directory): other
+		// tests' agents run beside it.
+		labRoot := filepath.Dir(filepath.Dir(r.Remote.Home)) + "/"
+		var agents []int
+		for _, pid := range pgrepPids(t, "__agent serve") {
+			if cl, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline"); err == nil && strings.HasPrefix(string(cl), labRoot) {
+				agents = append(agents, pid)
+			}
+		}
+		if len(agents) == 0 {
+			out, _ := exec.Command("sh", "-c", "for p in $(pgrep -f '__agent serve'); do tr '\\0' ' ' < /proc/$p/cmdline; echo; done").CombinedOutput()
+			t.Fatalf("no agent of this test (under %s) found while the run runs:\n%s", labRoot, out)
+		}
 
 		cut(t)
 		cutAt := time.Now()

@@ -100,7 +100,7 @@ not found; 255 the connection to the run's machine was lost.`,
 				// A terminal's progress line is no JSON line.
 				spec.Remote.Progress = io.Discard
 			}
-			if err := workspaceFlags(&spec.Workspace, &runWorkspace); err != nil {
+			if err := workspaceFlags(&spec.Workspace, &runWorkspace, spec.Container.Image != ""); err != nil {
 				return &exitError{2, err}
 			}
 			// Signals reach the run through spec.Signals; they must not also cancel it.

@@ -31,7 +31,7 @@ func addWorkspaceFlags(f *pflag.FlagSet, v *wsFlagValues) {
 	f.Int64Var(&v.maxResult, "max-result", workspace.DefaultMaxResult, "largest result, in bytes, a run may bring home")
 }
 
-func workspaceFlags(ws *dispatch.Workspace, v *wsFlagValues) error {
+func workspaceFlags(ws *dispatch.Workspace, v *wsFlagValues, container bool) error {
 	switch v.mode {
 	case "", dispatch.WorkspaceAuto, dispatch.WorkspaceNone, dispatch.WorkspaceCopy:
 		ws.Mode = v.mode
@@ -40,6 +40,9 @@ func workspaceFlags(ws *dispatch.Workspace, v *wsFlagValues) error {
 			return fmt.Errorf("--workspace %q: give auto, none, copy, or a directory to ship", v.mode)
 		}
 		ws.Mode, ws.Dir = dispatch.WorkspaceDir, v.mode
+	}
+	if container && ws.Mode != "" && ws.Mode != dispatch.WorkspaceAuto && ws.Mode != dispatch.WorkspaceNone {
+		return fmt.Errorf("--workspace %s: a run in a container works where it is; workspaces are for runs on machines (give --workspace none, or leave out --container)", v.mode)
 	}
 	if v.maxResult <= 0 {
 		return fmt.Errorf("--max-result %d: give a number of bytes", v.maxResult)

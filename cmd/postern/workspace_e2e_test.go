@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -247,7 +248,7 @@ date +%s%N > ../.ended
 	}
 	run := lastRun(t, r.C)
 	ws := run.Workspace
-	if ws == nil || ws.State != records.WorkspaceFetched || !ws.Removed || ws.Base != base || ws.Subdir != "sub" {
+	if ws == nil || ws.State != records.WorkspaceFetched || !ws.Removed || ws.Base != base || ws.Subdir != "sub" || ws.Commits != 2 || !ws.Descends {
 		t.Fatalf("the run's workspace record: %+v", ws)
 	}
 	if !strings.HasSuffix(strings.TrimSpace(stdout), "/"+run.ID+"/sub") {
@@ -330,11 +331,7 @@ date +%s%N > ../.ended
 	wsWrite(t, filepath.Join(repo, "sub", "notes.txt"), "untracked, changed\n", 0o644)
 	wantStatus = gitIn(t, repo, "status", "--porcelain", "-z", "--untracked-files=all")
 	stdout, stderr, code = r.C.posternIn(t, repo, "run", "--machine", "far", "--", "sh", "-c", "cat sub/notes.txt; git status --porcelain -z --untracked-files=all >&2")
-	// postern's own line as the run starts comes first.
-	if line, rest, ok := strings.Cut(stderr, "\n"); ok && strings.HasPrefix(line, "postern: run ") {
-		stderr = rest
-	}
-	if code != 0 || stdout != "untracked, changed\n" || !strings.HasPrefix(stderr, wantStatus) {
+	if code != 0 || stdout != "untracked, changed\n" || !strings.HasPrefix(anyStartLineRE.ReplaceAllString(stderr, ""), wantStatus) {
 		t.Fatalf("second run: exit %d, stdout %q, stderr %s", code, stdout, stderr)
 	}
 	second := lastRun(t, r.C).Workspace
@@ -396,9 +393,21 @@ func TestWorkspaceRemoteEdgeRepositories(t *testing.T) {
 		gitIn(t, repo, "commit", "-qam", "two")
 		gitIn(t, repo, "checkout", "-q", "--detach", "HEAD~1")
 		base := strings.TrimSpace(gitIn(t, repo, "rev-parse", "HEAD"))
-		stdout, stderr, code := r.C.posternIn(t, repo, "run", "--machine", "far", "--", "sh", "-c", "git rev-parse HEAD; git symbolic-ref -q HEAD || echo detached; cat f")
+		stdout, stderr, code := r.C.posternIn(t, repo, "run", "--machine", "far", "--keep-workspace", "--", "sh", "-c", "git rev-parse HEAD; git symbolic-ref -q HEAD || echo detached; cat f; echo 3 > f")
 		if code != 0 || stdout != base+"\ndetached\n1\n" {
 			t.Fatalf("exit %d, stdout %q, want %s detached; stderr %s", code, stdout, base, stderr)
+		}
+		// --keep-workspace: the result is home and the copy stays, listed.
+		run := lastRun(t, r.C)
+		if got := gitIn(t, repo, "show", "postern/"+run.ID+":f"); got != "3\n" {
+			t.Fatalf("f in the result: %q", got)
+		}
+		kept := filepath.Join(r.Remote.Home, ".local", "share", "postern", "workspaces", run.ID, "f")
+		if b, err := os.ReadFile(kept); err != nil || string(b) != "3\n" {
+			t.Fatalf("the kept copy's f: %q %v", b, err)
+		}
+		if show := r.C.mustPostern(t, "machine", "show", "far"); !strings.Contains(show, run.ID) {
+			t.Fatalf("machine show does not list the kept copy:\n%s", show)
 		}
 	})
 
@@ -831,3 +840,41 @@ func TestWorkspaceLostRunFetchedLater(t *testing.T) {
 		t.Fatalf("partial.txt in the lost run's result: %q", got)
 	}
 }
+
+// Two remote runs of one repository at once share its cache and never a
+// work tree: each comes home as its own branch.
+func TestWorkspaceRemoteRunsSideBySide(t *testing.T) {
+	r := workspaceLab(t)
+	repo := newRepo(t, r.C, "proj")
+	wsWrite(t, filepath.Join(repo, "f"), "base\n", 0o644)
+	gitIn(t, repo, "add", "f")
+	gitIn(t, repo, "commit", "-qm", "base")
+	type res struct {
+		out, err string
+		code     int
+	}
+	results := make(chan res, 3)
+	for _, name := range []string{"one", "two", "three"} {
+		go func() {
+			o, e, code := r.C.posternIn(t, repo, "run", "--machine", "far", "--", "sh", "-c", "sleep 1; ls; echo "+name+" > "+name+".txt")
+			results <- res{o, e, code}
+		}()
+	}
+	for range 3 {
+		x := <-results
+		if x.code != 0 || x.out != "f\n" {
+			t.Fatalf("side by side: exit %d, stdout %q (want only f), stderr %s", x.code, x.out, x.err)
+		}
+	}
+	var trees []string
+	for _, b := range resultBranches(t, repo) {
+		trees = append(trees, strings.Join(strings.Fields(gitIn(t, repo, "ls-tree", "--name-only", b)), " "))
+	}
+	slices.Sort(trees)
+	if !slices.Equal(trees, []string{"f one.txt", "f three.txt", "f two.txt"}) {
+		t.Fatalf("results: %q", trees)
+	}
+}
+
+// anyStartLineRE is postern's start line for a run on any machine.
+var anyStartLineRE = regexp.MustCompile(`(?m)^postern: run \S+ on \S+ \([^)]*\)\n`)

@@ -193,7 +193,11 @@ func Prepare(ctx context.Context, p Places, req agent.WorkspaceRequest, upload i
 			}
 			if req.Base != "" {
 				if _, err := cg.out(ctx, nil, "update-ref", "refs/shipped/"+req.Base, req.Base); err != nil {
-					return nil, diskFull(cache, fmt.Errorf("the cache lacks the base %s: %w", req.Base, err))
+					// Another run of the repository may hold the ref's lock
+					// this instant: what matters is that the commit is here.
+					if ok, _ := cg.ok(ctx, "cat-file", "-e", req.Base+"^{commit}"); !ok {
+						return nil, diskFull(cache, fmt.Errorf("the cache lacks the base %s: %w", req.Base, err))
+					}
 				}
 			}
 			objects = filepath.Join(cache, "objects")

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	agent "github.com/postern-dev/postern/remote-agent"
@@ -39,6 +40,7 @@ type Imported struct {
 	Branch   string // e.g. postern/RUN
 	Commit   string
 	Descends bool // the result descends from the base
+	Commits  int  // the result's commits that the base has not
 }
 
 // ErrBranchExists is a result branch that is already there with another
@@ -92,15 +94,30 @@ func Import(ctx context.Context, root, runID, base string, res *agent.WorkspaceR
 			return nil, fmt.Errorf("make the branch %s: %w", branch, err)
 		}
 	}
-	return &Imported{Branch: branch, Commit: res.Result, Descends: descends(ctx, g, base, res.Result)}, nil
+	imp := &Imported{Branch: branch, Commit: res.Result}
+	imp.Descends, imp.Commits = ancestry(ctx, g, base, res.Result)
+	return imp, nil
 }
 
-func descends(ctx context.Context, g git, base, commit string) bool {
+// ancestry says, in one walk, whether commit descends from base and how
+// many commits it has that base has not.
+func ancestry(ctx context.Context, g git, base, commit string) (descends bool, commits int) {
 	if base == "" {
-		return true
+		n, _ := g.line(ctx, "rev-list", "--count", commit)
+		commits, _ = strconv.Atoi(n)
+		return true, commits
 	}
-	ok, _ := g.ok(ctx, "merge-base", "--is-ancestor", base, commit)
-	return ok
+	out, err := g.line(ctx, "rev-list", "--left-right", "--count", base+"..."+commit)
+	if err != nil {
+		return false, 0
+	}
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		return false, 0
+	}
+	behind, _ := strconv.Atoi(f[0])
+	commits, _ = strconv.Atoi(f[1])
+	return behind == 0, commits
 }
 
 // Diff is the patch (or, stat, the diffstat) from base to the result, as git

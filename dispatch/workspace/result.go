@@ -144,15 +144,8 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 		return res, nil // nothing changed
 	}
 	res.Changed = true
-	// Whether the result descends from the base is asked at home, of the
-	// caller's own repository.
-	count := []string{"rev-list", "--count", result}
-	if req.Base != "" {
-		count = append(count, "^"+req.Base)
-	}
-	if n, err := g.line(ctx, count...); err == nil {
-		res.Commits, _ = strconv.Atoi(n)
-	}
+	// Whether the result descends from the base, and by how many commits,
+	// is asked at home, of the caller's own repository.
 	if err := os.WriteFile(filepath.Join(collect, filepath.FromSlash(resultRef)), []byte(result+"\n"), 0o600); err != nil {
 		return nil, diskFull(tmp, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 )
@@ -114,8 +115,8 @@ func (p *Policy) sealDecision(name string) (Decision, bool) {
 }
 
 var (
-	guardrailNameRE = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`)
-	envNameRE       = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	guardrailNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[a-z][a-z0-9_-]{0,31}$`) })
+	envNameRE       = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 	guardrailAttrs  = []string{"address", "hosts", "env"}
 )
 
@@ -131,7 +132,7 @@ func (c *compiler) guardrail(blk *hclsyntax.Block) {
 		return
 	}
 	g := Guardrail{Name: blk.Labels[0], Pos: posString(blk.LabelRanges[0])}
-	if !guardrailNameRE.MatchString(g.Name) {
+	if !guardrailNameRE().MatchString(g.Name) {
 		c.errorf(blk.LabelRanges[0], fmt.Sprintf("invalid guardrail name %q", g.Name),
 			"a guardrail's name is 1 to 32 lowercase letters, digits, '-' or '_', starting with a letter, as in guardrail \"model\"")
 		return
@@ -197,7 +198,7 @@ func (c *compiler) guardrail(blk *hclsyntax.Block) {
 		case "env":
 			names, ranges := c.strElems(a, `"ANTHROPIC_BASE_URL"`)
 			for i, n := range names {
-				if !envNameRE.MatchString(n) || strings.HasPrefix(n, "POSTERN_") {
+				if !envNameRE().MatchString(n) || strings.HasPrefix(n, "POSTERN_") {
 					c.errorf(ranges[i], fmt.Sprintf("invalid env entry %q", n),
 						"name an environment variable the agent reads its model's URL from, as in \"ANTHROPIC_BASE_URL\" (POSTERN_ names are postern's own)")
 					continue

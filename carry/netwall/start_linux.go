@@ -1,0 +1,140 @@
+package netwall
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// errUseStage says the command must be started through the ExecArg stage.
+var errUseStage = errors.New("start through the exec stage")
+
+// startDropped forks and execs argv from a thread of this process that first
+// gives up, for itself, what the ExecArg stage gives up before its exec
+// (ExecDropped): every capability, with the securebits locked and
+// no_new_privs set, under the filter refusing setuid and setgid files, with
+// every descriptor above 2 close-on-exec. Credentials, no_new_privs and the
+// filter are a thread's own, and a child has its forking thread's; the thread
+// is locked to its goroutine and ends with it, so nothing else of the init
+// ever runs on it, and the Go runtime starts no thread from a locked one;
+// it is never the main thread, which /proc shows as the init. While it
+// lasts, the init being not dumpable (see Init) keeps it, like every thread
+// of the init, out of the command's reach through /proc. So the command
+// starts as the stage would have started it, without a start of this binary
+// in between.
+//
+// It returns errUseStage, having started nothing, where the stage has more
+// to do or would answer differently: Landlock to apply, a command not found
+// or found through a relative PATH entry (the stage's exit 127 and its
+// message), a step or an exec that fails (126).
+func startDropped(argv []string, attr *syscall.ProcAttr) (int, error) {
+	for _, kv := range attr.Env {
+		if strings.HasPrefix(kv, LandlockEnv+"=") {
+			return 0, errUseStage
+		}
+	}
+	path, env, ok := lookCommand(argv[0], attr.Env)
+	if !ok {
+		return 0, errUseStage
+	}
+	attr = &syscall.ProcAttr{Dir: attr.Dir, Env: env, Files: attr.Files, Sys: attr.Sys}
+	type started struct {
+		pid int
+		err error
+	}
+	done := make(chan started, 1)
+	forkDropped := func() {
+		// Never unlocked: the thread goes when this goroutine ends.
+		runtime.LockOSThread()
+		// Where a step fails, the stage fails the same way and says so as
+		// it always has (exit 126, or 127 for a command not found).
+		if dropPrivileges() != nil || installSetIDFilter(0) != nil || closeInherited() != nil {
+			done <- started{err: errUseStage}
+			return
+		}
+		pid, err := syscall.ForkExec(path, argv, attr)
+		if err != nil {
+			err = errUseStage
+		}
+		done <- started{pid, err}
+	}
+	go func() {
+		runtime.LockOSThread()
+		if unix.Gettid() != unix.Getpid() {
+			forkDropped() // on this thread, which goes with it
+			return
+		}
+		// The main thread is the one /proc shows as the init (pid 1 of the
+		// run) and cannot end before the process: it is held here,
+		// untouched, so that the dropping happens on another thread.
+		defer runtime.UnlockOSThread()
+		held := make(chan struct{})
+		go func() {
+			defer close(held)
+			forkDropped()
+		}()
+		<-held
+	}()
+	s := <-done
+	return s.pid, s.err
+}
+
+// lookCommand finds name as the stage does (exec.LookPath), in env's PATH or
+// the default one where that is empty, which the command's environment then
+// gets as os.Setenv would set it; it returns the path and the command's
+// environment. ok is false where the stage must decide: name not found, or a
+// relative PATH entry, whose meaning depends on the working directory.
+func lookCommand(name string, env []string) (path string, out []string, ok bool) {
+	if strings.Contains(name, "/") {
+		return name, env, true
+	}
+	at, pathVar := -1, ""
+	for i, kv := range env {
+		if v, found := strings.CutPrefix(kv, "PATH="); found {
+			at, pathVar = i, v
+			break // env has each variable once (dedupEnv)
+		}
+	}
+	if pathVar == "" {
+		pathVar = defaultPath
+		env = slices.Clone(env)
+		if at >= 0 {
+			env[at] = "PATH=" + defaultPath
+		} else {
+			env = append(env, "PATH="+defaultPath)
+		}
+	}
+	dirs := filepath.SplitList(pathVar)
+	for _, dir := range dirs {
+		if !filepath.IsAbs(dir) {
+			return "", nil, false
+		}
+	}
+	for _, dir := range dirs {
+		p := filepath.Join(dir, name)
+		if executable(p) {
+			return p, env, true
+		}
+	}
+	return "", nil, false
+}
+
+// executable is exec.LookPath's test of a candidate: not a directory, and
+// executable for this process's effective ids.
+func executable(p string) bool {
+	st, err := os.Stat(p)
+	if err != nil || st.IsDir() {
+		return false
+	}
+	err = unix.Faccessat(unix.AT_FDCWD, p, unix.X_OK, unix.AT_EACCESS)
+	if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EPERM) {
+		return st.Mode()&0o111 != 0
+	}
+	return err == nil
+}
