@@ -20,6 +20,7 @@ import (
 //	  agent_dir = "/opt/postern"    # where the agent is installed
 //	  labels    = { gpu = "a100" }
 //	  env       = ["ANTHROPIC_API_KEY"] # passed to every run, values from postern's environment
+//	  per_machine = 2               # runs of a dispatch at once on it
 //	}
 type inventoryFile struct {
 	Machines []inventoryMachine
@@ -32,7 +33,9 @@ type inventoryMachine struct {
 	AgentDir string
 	Labels   map[string]string
 	Env      []string
-	Range    hcl.Range // the block's header
+	// PerMachine is the machine's own slots for dispatches; 0 is unset.
+	PerMachine int
+	Range      hcl.Range // the block's header
 }
 
 // The inventory's schema, decoded by hand rather than with gohcl: gohcl
@@ -46,6 +49,7 @@ var (
 		{Name: "agent_dir"},
 		{Name: "labels"},
 		{Name: "env"},
+		{Name: "per_machine"},
 	}}
 )
 
@@ -70,6 +74,7 @@ func decodeInventory(body hcl.Body) (inventoryFile, hcl.Diagnostics) {
 			diags = append(diags, decodeAttr(mc.Attributes["agent_dir"], &m.AgentDir)...)
 			diags = append(diags, decodeAttr(mc.Attributes["labels"], &m.Labels)...)
 			diags = append(diags, decodeAttr(mc.Attributes["env"], &m.Env)...)
+			diags = append(diags, decodeAttr(mc.Attributes["per_machine"], &m.PerMachine)...)
 		}
 		inv.Machines = append(inv.Machines, m)
 	}
@@ -89,6 +94,8 @@ func decodeAttr(attr *hcl.Attribute, to any) hcl.Diagnostics {
 		ty = cty.Map(cty.String)
 	case *[]string:
 		ty = cty.List(cty.String)
+	case *int:
+		ty = cty.Number
 	}
 	unsuitable := func(err error) hcl.Diagnostics {
 		return append(diags, &hcl.Diagnostic{
@@ -186,7 +193,11 @@ func ParseInventory(filename string, src []byte) ([]Machine, error) {
 		if badEnv {
 			continue
 		}
-		out = append(out, Machine{Name: im.Name, SSH: im.SSH, Identity: im.Identity, AgentDir: im.AgentDir, Labels: im.Labels, Env: im.Env})
+		if im.PerMachine < 0 || im.PerMachine > 1024 {
+			bad(fmt.Sprintf("per_machine = %d is out of range", im.PerMachine), "write how many runs of a dispatch the machine takes at once, from 1 to 1024, or leave it out to take the tasks file's")
+			continue
+		}
+		out = append(out, Machine{Name: im.Name, SSH: im.SSH, Identity: im.Identity, AgentDir: im.AgentDir, Labels: im.Labels, Env: im.Env, PerMachine: im.PerMachine})
 	}
 	if len(errs) > 0 {
 		return nil, &InventoryError{errs}

@@ -36,8 +36,8 @@ type Machine struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	AddedAt  time.Time         `json:"added_at,omitzero"`
 	// PerMachine is how many runs of a dispatch the machine takes at once
-	// ('postern machine label NAME --per-machine N'); 0 leaves it to the
-	// tasks file.
+	// ('postern machine label NAME --per-machine N', or per_machine in the
+	// inventory); 0 leaves it to the tasks file.
 	PerMachine int `json:"per_machine,omitempty"`
 	// Env names variables every run on the machine is given, their values
 	// taken from postern's environment at each run (never stored).

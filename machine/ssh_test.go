@@ -196,7 +196,8 @@ machine "gpu1" {
   env       = ["ANTHROPIC_API_KEY", "HF_TOKEN"]
 }
 machine "ci" {
-  ssh = "runner@10.0.0.5:2222"
+  ssh         = "runner@10.0.0.5:2222"
+  per_machine = 3
 }
 `))
 	if err != nil {
@@ -205,7 +206,7 @@ machine "ci" {
 	want := []Machine{
 		{Name: "gpu1", SSH: "gpu1", Identity: "~/.ssh/id_ed25519", AgentDir: "/opt/postern", Labels: map[string]string{"gpu": "a100"},
 			Env: []string{"ANTHROPIC_API_KEY", "HF_TOKEN"}},
-		{Name: "ci", SSH: "runner@10.0.0.5:2222"},
+		{Name: "ci", SSH: "runner@10.0.0.5:2222", PerMachine: 3},
 	}
 	if !reflect.DeepEqual(ms, want) {
 		t.Fatalf("ParseInventory = %+v", ms)
@@ -220,6 +221,8 @@ machine "ci" {
 		// Names only: a value written in the inventory would be stored.
 		"machine \"a\" {\n ssh = \"x\"\n env = [\"K=secret\"]\n}": `m.hcl:1:1: bad env name: bad environment variable name "K=..."`,
 		"machine \"a\" {\n ssh = \"x\"\n env = [\"A B\"]\n}":      "bad env name",
+		"machine \"a\" {\n ssh = \"x\"\n per_machine = -1\n}":     "m.hcl:1:1: per_machine = -1 is out of range",
+		"machine \"a\" {\n ssh = \"x\"\n per_machine = 1.5\n}":    "m.hcl:3:16: Unsuitable value type",
 	} {
 		_, err := ParseInventory("m.hcl", []byte(src))
 		if err == nil || !strings.Contains(err.Error(), msg) {
@@ -232,6 +235,7 @@ func FuzzParseInventory(f *testing.F) {
 	f.Add(`machine "a" { ssh = "x" }`)
 	f.Add(`machine "b" { ssh = "u@h:22" labels = { k = "v" } }`)
 	f.Add("machine \"c\" {\n ssh = \"c\"\n env = [\"A\", \"B\"]\n}")
+	f.Add("machine \"d\" {\n ssh = \"d\"\n per_machine = 4\n}")
 	f.Fuzz(func(t *testing.T, src string) {
 		ms, err := ParseInventory("fuzz.hcl", []byte(src))
 		if err != nil {
@@ -248,6 +252,9 @@ func FuzzParseInventory(f *testing.F) {
 				if CheckEnvName(n) != nil {
 					t.Fatalf("accepted env name %q", n)
 				}
+			}
+			if m.PerMachine < 0 || m.PerMachine > 1024 {
+				t.Fatalf("accepted per_machine %d", m.PerMachine)
 			}
 		}
 	})

@@ -147,6 +147,14 @@ func TestDispatchFleet(t *testing.T) {
 	c := f.C
 	c.mustPostern(t, "machine", "label", "m2", "gpu=a100")
 	c.mustPostern(t, "machine", "label", "m3", "--per-machine", "1", "gpu", "gpu-")
+	// m1's own slots from the inventory (the same host: its record stays).
+	inv := filepath.Join(t.TempDir(), "machines.hcl")
+	if err := os.WriteFile(inv, []byte("machine \"m1\" {\n  ssh         = \"m1-alias\"\n  per_machine = 1\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := c.mustPostern(t, "machine", "import", inv); !strings.Contains(out, "updated") {
+		t.Fatalf("machine import of m1: %s", out)
+	}
 	if _, e, code := c.postern(t, "machine", "label", "m1", "bad key=1"); code != 2 || !strings.Contains(e, "key=value") {
 		t.Fatalf("machine label with a bad key: exit %d, %s", code, e)
 	}
@@ -216,8 +224,8 @@ func TestDispatchFleet(t *testing.T) {
 		}
 		for _, m := range f.Names {
 			limit := 2
-			if m == "m3" {
-				limit = 1
+			if m == "m3" || m == "m1" {
+				limit = 1 // m3's label, m1's inventory
 			}
 			if n := maxOverlap(rs, m); n > limit || used[m] == 0 {
 				t.Fatalf("machine %s: %d runs at once (limit %d), %d runs in all", m, n, limit, used[m])
@@ -255,6 +263,7 @@ func TestDispatchFleet(t *testing.T) {
 	// own 1): every one exits 0, on every machine, within its slots.
 	t.Run("HundredTasks", func(t *testing.T) {
 		c.mustPostern(t, "machine", "label", "m3", "--per-machine", "0")
+		c.mustPostern(t, "machine", "label", "m1", "--per-machine", "0")
 		var src strings.Builder
 		src.WriteString("machines = [\"m1\", \"m2\", \"m3\"]\nper_machine = 4\n")
 		for i := 0; i < 100; i++ {
