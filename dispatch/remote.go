@@ -16,6 +16,7 @@ import (
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/carry/seatbelt"
 	"github.com/postern-dev/postern/dispatch/workspace"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/termtext"
@@ -450,7 +451,8 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		notHere = sealNotMacOS
 	}
 	seal := sealState(sealOf(ctx, pol, notHere))
-	walled, onStart := RunWalled, func() {
+	var carrier carry.Carrier = &netwall.Carrier{}
+	onStart := func() {
 		switch {
 		case req.NoNetwork:
 			rio.OnStart("none: the run has no network", seal)
@@ -462,15 +464,16 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 	}
 	if runtime.GOOS == "darwin" {
 		// A Mac carries the run with the connect door (remote-macos).
-		walled, onStart = RunSeatbelt, func() {
+		carrier, onStart = &seatbelt.Carrier{}, func() {
 			if rio.Place != nil {
 				rio.Place(0, dir)
 			}
 			rio.OnStart("none: macOS, the run is under a seatbelt profile", seal)
 		}
 	}
-	code, err := walled(ctx, Walled{
-		Run: req.ID, Machine: req.Machine, Lane: machine.Lane(req.Lane),
+	code, err := RunWalled(ctx, Walled{
+		Carrier: carrier,
+		Run:     req.ID, Machine: req.Machine, Lane: machine.Lane(req.Lane),
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,
