@@ -24,7 +24,8 @@ import (
 	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
+	"github.com/postern-dev/postern/remote-agent/transport/ssh"
 )
 
 // ErrRunLost means the controller lost the remote agent mid-run: the run's state
@@ -108,7 +109,7 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 	in.Warn = func(what string) {
 		fmt.Fprintf(warn, "postern: agent on %s: %s; reinstalled\n", m.Name, termtext.Printable(what))
 	}
-	t := newSSHTransport(sc)
+	t := ssh.NewTransport(sc)
 	c, p, err := agent.Dial(ctx, t, in)
 	t.Close() // the sftp session; the agent's own session goes on
 	if err != nil {
@@ -189,7 +190,7 @@ func remotePlatform(ctx context.Context, m machine.Machine, r Remote) (goos, goa
 	if err != nil {
 		return "", "", fmt.Errorf("machine %s: %w", m.Name, err)
 	}
-	out, err := newSSHTransport(sc).Output(ctx, "uname -s -m")
+	out, err := ssh.NewTransport(sc).Output(ctx, "uname -s -m")
 	sc.Close()
 	if err != nil {
 		return "", "", fmt.Errorf("machine %s: ask its OS and architecture: %w", m.Name, err)

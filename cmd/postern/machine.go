@@ -21,7 +21,7 @@ import (
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/probe/rung"
 	"github.com/postern-dev/postern/records"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
 // machineView is a machine with what was last measured about it.
