@@ -206,7 +206,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		return refuse(store, run, err)
 	}
 	c := carrier.Carry()
-	run.Carry = string(c)
+	run.Carry = c
 	if inContainer {
 		return runContainerLane(ctx, store, spec, rec, run, pol, pins, carrier, ct)
 	}
@@ -316,7 +316,7 @@ func measuredAt(rec *probe.Record) time.Time {
 func refuse(store *records.Store, run *records.Run, err error) (*records.Run, error) {
 	run.State = records.StateRefused
 	run.End = records.EndRefused
-	run.Carry = string(carry.None)
+	run.Carry = carry.None
 	run.EndedAt = time.Now().UTC()
 	run.Why = err.Error()
 	if perr := store.PutRun(run); perr != nil {
