@@ -236,7 +236,10 @@ func newSched(id string, f *File, inventory []Machine, max int, now time.Time) (
 			key := chosenKey{ms.idx, spec.EgressOpen != ""}
 			ch, ok := chosen[key]
 			if !ok {
-				ch.carry, ch.err = carry.Choose(ms.m.Record, spec)
+				var c carry.Carrier
+				if c, ch.err = carry.Choose(ms.m.Record, spec); c != nil {
+					ch.carry = c.Carry()
+				}
 				chosen[key] = ch
 			}
 			c, err := ch.carry, ch.err
