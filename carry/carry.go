@@ -41,6 +41,11 @@ type Spec struct {
 	// lane it needs the network namespace and the filesystem's rungs, not
 	// the redirect into the door or Landlock's network rules.
 	NoNetwork bool
+	// Carriers are the carriers this binary has; Choose returns the one of
+	// the carry it chooses. A carry none of them raises comes back as a
+	// Carrier that names it and refuses to raise it here (a remote
+	// machine's agent raises its own).
+	Carriers []Carrier
 }
 
 // noNetworkDrops are the rungs a run with no network does not stand on.
@@ -113,13 +118,27 @@ func (r *Refusal) Error() string {
 	return b.String()
 }
 
-// Choose returns the carry for a run, or a *Refusal when what was measured about
-// the machine cannot wall it. rec is nil for a machine never measured. Choose is
-// pure: it performs nothing and reads only its arguments.
-func Choose(rec *rung.Record, spec Spec) (Carry, error) {
-	if strings.TrimSpace(spec.EgressOpen) != "" {
-		return None, nil
+// Choose returns the carrier for a run, or a *Refusal when what was measured
+// about the machine cannot wall it. rec is nil for a machine never measured. A
+// container with an open network or none at all needs no wall, and so no
+// measurement: the container's carrier raises it unwalled, as carry None.
+// Choose is pure: it performs nothing and reads only its arguments.
+func Choose(rec *rung.Record, spec Spec) (Carrier, error) {
+	open := strings.TrimSpace(spec.EgressOpen) != ""
+	if spec.Lane == machine.LaneLocalContainer && (open || spec.NoNetwork) {
+		return unwalled{inner: carrier(spec.Carriers, ContainerBridge, spec), open: open}, nil
 	}
+	if open {
+		return carrier(spec.Carriers, None, spec), nil
+	}
+	c, err := choose(rec, spec)
+	if err != nil {
+		return nil, err
+	}
+	return carrier(spec.Carriers, c, spec), nil
+}
+
+func choose(rec *rung.Record, spec Spec) (Carry, error) {
 	probeCmd := fmt.Sprintf("run 'postern machine probe-confinement %s'", spec.Machine)
 	lane, ok := needs[spec.Lane]
 	if ok && spec.NoNetwork && lane.carry == NetworkWall {

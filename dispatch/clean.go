@@ -10,7 +10,8 @@ import (
 
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/machine/sshclient"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
+	"github.com/postern-dev/postern/remote-agent/transport/ssh"
 )
 
 // Leftover is something postern left on a machine that CleanRemote removes:
@@ -74,7 +75,7 @@ func CleanRemote(ctx context.Context, m machine.Machine, r Remote, dryRun bool) 
 		return nil, fmt.Errorf("machine %s: %w", m.Name, err)
 	}
 	defer sc.Close()
-	t := newSSHTransport(sc)
+	t := ssh.NewTransport(sc)
 	defer t.Close()
 	agents, err := agent.ListInstalled(ctx, t, m.AgentDir)
 	if err != nil {

@@ -18,6 +18,9 @@ import (
 	"time"
 
 	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/carry/container"
+	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/carry/seatbelt"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
@@ -191,18 +194,34 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	if noNetwork {
 		run.Network = NetworkNone
 	}
-	if spec.Container.Image != "" {
-		return runContainerLane(ctx, store, spec, m, rec, run, pol, pins)
+	inContainer := spec.Container.Image != ""
+	if inContainer {
+		run.Lane = machine.LaneLocalContainer
+		if refused, err := checkContainer(store, spec, m, rec, run); refused || err != nil {
+			if refused {
+				return run, err
+			}
+			return nil, err
+		}
 	}
 	kernel := ""
 	if m.IsLocal() {
 		kernel = kernelRelease()
 	}
-	c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, EgressOpen: spec.EgressOpen, Kernel: kernel, NoNetwork: noNetwork})
+	// The carriers this binary has; their own settings are made on the one
+	// chosen, once the run gets that far (walled.go).
+	ct := &container.Carrier{Image: spec.Container.Image}
+	carriers := []carry.Carrier{&netwall.Carrier{}, &seatbelt.Carrier{}, ct}
+	carrier, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, EgressOpen: spec.EgressOpen, Kernel: kernel,
+		NoNetwork: noNetwork || spec.Container.Network == ContainerNetworkNone, Carriers: carriers})
 	if err != nil {
 		return refuse(store, run, err)
 	}
-	run.Carry = string(c)
+	c := carrier.Carry()
+	run.Carry = c
+	if inContainer {
+		return runContainerLane(ctx, store, spec, rec, run, pol, pins, carrier, ct)
+	}
 	if noNetwork && c != carry.NetworkWall {
 		return refuse(store, run, &carry.Refusal{Lane: run.Lane, Machine: m.Name, MeasuredAt: measuredAt(rec),
 			AtRunTime: fmt.Sprintf("--network none needs a Linux network wall, and this run's carry is %s", c),
@@ -253,7 +272,14 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		var once sync.Once
 		var werr error
 		wait := func() error { once.Do(func() { werr = <-recorded }); return werr }
-		code, err := runWalled(ctx, store, run, spec, pol, pins, wait)
+		var code int
+		files, err := localFiles(store, run.ID, spec.KeepHome)
+		if err == nil {
+			code, err = runLocal(ctx, store, run, spec, pol, pins, carrier, Walled{
+				Env: spec.Env, UpstreamRoots: spec.UpstreamRoots, Upstream: spec.Upstream,
+				Files: files, NoNetwork: noNetwork,
+			}, wait)
+		}
 		if werr := wait(); werr != nil && err == nil {
 			err = werr
 		}
@@ -305,7 +331,7 @@ func measuredAt(rec *probe.Record) time.Time {
 func refuse(store *records.Store, run *records.Run, err error) (*records.Run, error) {
 	run.State = records.StateRefused
 	run.End = records.EndRefused
-	run.Carry = string(carry.None)
+	run.Carry = carry.None
 	run.EndedAt = time.Now().UTC()
 	run.Why = err.Error()
 	if perr := store.PutRun(run); perr != nil {

@@ -73,7 +73,7 @@ task "wait" {
 	}
 	want := map[string]struct {
 		state          fleet.State
-		run            string
+		run            records.State
 		stdout, stderr string
 	}{
 		"talk": {fleet.Failed, records.StateExited, "out-talk\n", "err-talk\n"},

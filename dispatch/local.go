@@ -40,32 +40,27 @@ next:
 	return out
 }
 
-// runWalled runs a local walled run: behind the network wall, or for the
-// connect-door carry under the seatbelt. recorded returns once the running
-// record is durable; the command does not start before.
-func runWalled(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy, pins map[string][]netip.Addr, recorded func() error) (int, error) {
-	files, err := localFiles(store, run.ID, spec.KeepHome)
-	if err != nil {
-		return 0, err
-	}
+// runLocal takes a local run from its carrier to its exit: the wall raised
+// through carrier, the door beside it, its events recorded and counted on
+// run. w holds what only some lanes set (a container's environment); the
+// rest comes from spec. recorded, if set, returns once the running record is
+// durable; the command does not start before.
+func runLocal(ctx context.Context, store *records.Store, run *records.Run, spec Spec, pol *policy.Policy, pins map[string][]netip.Addr,
+	carrier carry.Carrier, w Walled, recorded func() error) (int, error) {
 	evlog := newEventLog(store, run, spec)
-	walled := RunWalled
-	if run.Carry == string(carry.ConnectDoor) {
-		walled = RunSeatbelt
-	}
-	code, runErr := walled(ctx, Walled{
-		Run: run.ID, Machine: run.Machine, Lane: run.Lane,
-		Command: spec.Command, Dir: spec.Dir, Env: spec.Env,
-		Policy: pol, Pins: pins, Resolver: spec.Resolver, UpstreamRoots: spec.UpstreamRoots, Upstream: spec.Upstream,
-		Stdin: spec.Stdin, Stdout: spec.Stdout, Stderr: spec.Stderr,
-		Signals: spec.Signals, Emit: evlog.Emit,
-		BeforeStart: recorded,
-		Logger:      spec.Logger, Warn: spec.Warn,
-		Files: files, PidsLimit: spec.PidsLimit, NoNetwork: spec.Network == NetworkNone,
-		OnWrites: func(lines []string) { run.Writes = lines },
-		OnPid:    func(pid int) { run.RunPid = pid },
-		OnStart:  startedHook(spec, run),
-	})
+	w.Carrier = carrier
+	w.Run, w.Machine, w.Lane = run.ID, run.Machine, run.Lane
+	w.Command, w.Dir = spec.Command, spec.Dir
+	w.Policy, w.Pins, w.Resolver = pol, pins, spec.Resolver
+	w.Stdin, w.Stdout, w.Stderr = spec.Stdin, spec.Stdout, spec.Stderr
+	w.Signals, w.Emit = spec.Signals, evlog.Emit
+	w.BeforeStart = recorded
+	w.Logger, w.Warn = spec.Logger, spec.Warn
+	w.PidsLimit = spec.PidsLimit
+	w.OnWrites = func(lines []string) { run.Writes = lines }
+	w.OnPid = func(pid int) { run.RunPid = pid }
+	w.OnStart = startedHook(spec, run)
+	code, runErr := RunWalled(ctx, w)
 	logErr := closeEventLog(ctx, evlog, run)
 	if runErr != nil {
 		return code, runErr

@@ -16,6 +16,7 @@ import (
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/carry/seatbelt"
 	"github.com/postern-dev/postern/dispatch/workspace"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/internal/termtext"
@@ -23,7 +24,8 @@ import (
 	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
+	"github.com/postern-dev/postern/remote-agent/transport/ssh"
 )
 
 // ErrRunLost means the controller lost the remote agent mid-run: the run's state
@@ -107,7 +109,7 @@ func connectAgent(ctx context.Context, m machine.Machine, goos, goarch string, r
 	in.Warn = func(what string) {
 		fmt.Fprintf(warn, "postern: agent on %s: %s; reinstalled\n", m.Name, termtext.Printable(what))
 	}
-	t := newSSHTransport(sc)
+	t := ssh.NewTransport(sc)
 	c, p, err := agent.Dial(ctx, t, in)
 	t.Close() // the sftp session; the agent's own session goes on
 	if err != nil {
@@ -188,7 +190,7 @@ func remotePlatform(ctx context.Context, m machine.Machine, r Remote) (goos, goa
 	if err != nil {
 		return "", "", fmt.Errorf("machine %s: %w", m.Name, err)
 	}
-	out, err := newSSHTransport(sc).Output(ctx, "uname -s -m")
+	out, err := ssh.NewTransport(sc).Output(ctx, "uname -s -m")
 	sc.Close()
 	if err != nil {
 		return "", "", fmt.Errorf("machine %s: ask its OS and architecture: %w", m.Name, err)
@@ -453,7 +455,8 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		notHere = sealNotMacOS
 	}
 	seal := sealState(sealOf(ctx, pol, notHere))
-	walled, onStart := RunWalled, func() {
+	var carrier carry.Carrier = &netwall.Carrier{}
+	onStart := func() {
 		switch {
 		case req.NoNetwork:
 			rio.OnStart("none: the run has no network", seal)
@@ -465,15 +468,16 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 	}
 	if runtime.GOOS == "darwin" {
 		// A Mac carries the run with the connect door (remote-macos).
-		walled, onStart = RunSeatbelt, func() {
+		carrier, onStart = &seatbelt.Carrier{}, func() {
 			if rio.Place != nil {
 				rio.Place(0, dir)
 			}
 			rio.OnStart("none: macOS, the run is under a seatbelt profile", seal)
 		}
 	}
-	code, err := walled(ctx, Walled{
-		Run: req.ID, Machine: req.Machine, Lane: machine.Lane(req.Lane),
+	code, err := RunWalled(ctx, Walled{
+		Carrier: carrier,
+		Run:     req.ID, Machine: req.Machine, Lane: machine.Lane(req.Lane),
 		Command: req.Command, Dir: dir, Env: env,
 		Policy: pol, Pins: pins, Resolver: req.Resolver,
 		Stdin: rio.Stdin, Stdout: rio.Stdout, Stderr: rio.Stderr, OwnTerminal: true,

@@ -15,7 +15,7 @@ import (
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/probe/rung"
 	"github.com/postern-dev/postern/records"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
 // fakeAgent speaks the agent's side of the protocol over pipes: it greets with

@@ -15,6 +15,7 @@ import (
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/carry/seatbelt"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
@@ -85,123 +86,93 @@ type Walled struct {
 	// no DNS (--network none).
 	NoNetwork bool
 
+	// Carrier raises the wall: the one carry.Choose chose (nil: the network
+	// wall's).
+	Carrier carry.Carrier
+	// InContainer says Carrier raises a container: its streams are handed
+	// to the engine as they are, its environment starts from the image's.
+	InContainer bool
+	// Open is a container on its engine's own network (--egress-open): no
+	// wall, no door.
+	Open bool
+
 	Logger *slog.Logger
 	Warn   io.Writer // teardown problems meant for the person
 	// OnWrites, when set, receives what tellWrites told the person.
 	OnWrites func(lines []string)
 }
 
-// RunWalled raises the wall, serves the door on its listeners, starts the command
-// and waits for it. When ctx is done the run gets SIGTERM, then SIGKILL after
-// KillGrace. It returns the command's exit status (128+n for signal n). A wall the
-// kernel refuses is a *carry.Refusal.
+// RunWalled is the one path of every walled run, whatever its carry: it
+// raises the wall through w.Carrier, serves the door on the wall's
+// listeners (unless the run has no network, or an open one), starts the
+// command and waits for it, then tells what became of the run's writes. When
+// ctx is done the run gets SIGTERM, then SIGKILL after KillGrace. It returns
+// the command's exit status (128+n for signal n). A wall the machine refuses
+// is a *carry.Refusal.
 func RunWalled(ctx context.Context, w Walled) (int, error) {
 	w.fillDefaults()
-	// In observe mode every TCP port leads to the door, which lets through
-	// what the floor allows and records what enforce would refuse.
-	observe := w.Policy.Mode == policy.Observe
-	ports := wallPorts(w.Policy)
-	if w.NoNetwork {
-		ports = nil
-	} else {
-		// The run is pointed at its guardrails, which it reaches through
-		// the door on their ports.
-		w.Env = withGuardrails(w.Env, w.Policy, false)
-	}
-	if w.Landlock && !observe && !w.NoNetwork {
-		w.Env = append(w.Env[:len(w.Env):len(w.Env)], netwall.LandlockConnectEnv(ports))
-	}
-	stdin, stdout, stderr, tty, ownTTY, err := w.streams()
+	c, err := w.equip()
 	if err != nil {
 		return 0, err
 	}
-	if tty != nil {
-		defer tty.close()
+	if c.tty != nil {
+		defer c.tty.close()
 	}
-	pids := w.PidsLimit
-	if pids <= 0 {
-		pids = w.Policy.PidsLimit
-	}
-	// The run trusts the authority the door shows inspected hosts with;
-	// what postern reads injected headers from stays out of its reach.
-	ca, err := inspectAuthority(w.Policy)
+	wall, err := w.Carrier.Raise(ctx, c.spec)
 	if err != nil {
-		return 0, err
-	}
-	var trust []byte
-	if ca != nil {
-		trust = ca.CertPEM()
-	}
-	wall, err := netwall.Raise(ctx, netwall.Spec{
-		Command:   w.Command,
-		Dir:       w.Dir,
-		Env:       walledEnv(withoutInjected(w.Env, w.Policy)),
-		TrustPEM:  trust,
-		Hide:      w.Policy.InjectFiles(),
-		Ports:     ports,
-		AllTCP:    observe && !w.NoNetwork,
-		NoNetwork: w.NoNetwork,
-		Stdin:     stdin,
-		Stdout:    stdout,
-		Stderr:    stderr,
-		TTY:       ownTTY || (tty != nil && tty.keys != nil),
-		Files:     policyFiles(w.Files, w.Policy),
-		PidsLimit: pids,
-		Logger:    w.Logger,
-	})
-	if err != nil {
-		var kerr *netwall.KernelError
 		var perr *netwall.PlaceError
-		if errors.As(err, &perr) {
+		switch {
+		case errors.As(err, &perr):
 			// Refused before anything was spawned: a place the run may not
 			// have, named by the policy (its position first) or not.
 			if perr.Pos != "" {
 				return 0, &PolicyError{perr}
 			}
 			return 0, perr
+		case errors.Is(err, seatbelt.ErrCommandNotFound):
+			fmt.Fprintf(c.spec.Stderr, "postern: %v\n", err)
+			return 127, nil
 		}
-		if errors.As(err, &kerr) {
-			return 0, &carry.Refusal{Lane: w.Lane, Machine: w.Machine,
-				AtRunTime: fmt.Sprintf("the kernel refused the wall at run time (%s: %v)", kerr.Step, kerr.Err),
-				Fix:       kerr.Remedy + "; then run 'postern machine probe-confinement " + w.Machine + "' again"}
-		}
-		return 0, fmt.Errorf("raise the network wall: %w", err)
+		return 0, err
 	}
 	defer wall.Close()
-	if lim := wall.PidsLimit(); strings.HasPrefix(lim, "none") {
-		fmt.Fprintf(w.Warn, "postern: run %s: its processes are not limited: %s\n", w.Run, lim)
+	if p, ok := wall.(interface{ PidsLimit() string }); ok {
+		if lim := p.PidsLimit(); strings.HasPrefix(lim, "none") {
+			fmt.Fprintf(w.Warn, "postern: run %s: its processes are not limited: %s\n", w.Run, lim)
+		}
 	}
-
 	if w.BeforeStart != nil {
 		if err := w.BeforeStart(); err != nil {
 			return 0, err
 		}
 	}
-	// On a network wall the guardrails' seal is held: their hosts are
-	// denied whatever else the policy says.
-	cfg := door.Config{Policy: w.Policy, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger,
-		Authority: ca, UpstreamRoots: w.UpstreamRoots, Upstream: w.Upstream, Seal: len(w.Policy.Guardrails) > 0}
-	var e walledExit
-	if w.OnPid != nil {
-		onStart := w.OnStart
-		w.OnStart = func() {
-			w.OnPid(wall.Pid())
-			if onStart != nil {
-				onStart()
+	onStart := w.OnStart
+	if p, ok := wall.(interface{ Pid() int }); ok && w.OnPid != nil && !w.InContainer {
+		onStart = func() {
+			w.OnPid(p.Pid())
+			if w.OnStart != nil {
+				w.OnStart()
 			}
 		}
 	}
-	if w.NoNetwork {
-		e.code, e.err = superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
-	} else {
-		e = withDoor(ctx, wall.Listeners(), cfg, func() (int, error) {
-			return superviseWall(ctx, wall, tty, w.Signals, w.KillGrace, w.OnStart)
-		})
-	}
-	if lines := writeLines(wall.Ending(), w.Where); len(lines) > 0 {
-		for _, l := range lines {
-			w.Logger.Info("run's writes", "run", w.Run, "what", l)
+	supervise := func() (int, error) {
+		code, err := superviseWall(ctx, wall, c.tty, w.Signals, w.KillGrace, onStart)
+		if ref := (*carry.Refusal)(nil); errors.As(err, &ref) {
+			return code, ref
 		}
+		if w.InContainer {
+			return containerNotRun(wall, w.Command[0], code, err)
+		}
+		return code, err
+	}
+	var e walledExit
+	ls, listens := wall.(interface{ Listeners() door.Listeners })
+	if c.cfg == nil || !listens {
+		e.code, e.err = supervise()
+	} else {
+		e = withDoor(ctx, ls.Listeners(), *c.cfg, supervise)
+	}
+	if lines := wallWrites(wall, w.Where, w.Logger, w.Run); len(lines) > 0 {
 		tellWrites(w.Warn, w.Run, lines)
 		if w.OnWrites != nil {
 			w.OnWrites(lines)
@@ -212,6 +183,131 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 	}
 	e.tellTeardown(w.Logger, w.Warn, w.Run)
 	return e.code, nil
+}
+
+// equipped is a run made ready for its carrier: the spec every carrier
+// reads, the door's config (nil: no door), the run's own terminal.
+type equipped struct {
+	spec carry.WallSpec
+	cfg  *door.Config
+	tty  *terminal
+}
+
+// equip readies w for its carrier: what each carry alone needs (the network
+// wall's files and trusted authority, the seatbelt's policy, a container's
+// environment) is set on the carrier Choose chose, and only on it, since
+// some of it costs work (an authority, a directory made).
+func (w *Walled) equip() (*equipped, error) {
+	pol := w.Policy
+	observe := pol.Mode == policy.Observe
+	ports := wallPorts(pol)
+	if w.NoNetwork {
+		ports = nil
+	}
+	c := &equipped{spec: carry.WallSpec{
+		Run: w.Run, Machine: w.Machine, Lane: w.Lane,
+		Command: w.Command, Dir: w.Dir,
+		Ports: ports, AllTCP: observe && !w.NoNetwork, NoNetwork: w.NoNetwork, Open: w.Open,
+		PidsLimit: w.PidsLimit, Logger: w.Logger,
+	}}
+	if c.spec.PidsLimit <= 0 {
+		c.spec.PidsLimit = pol.PidsLimit
+	}
+	// The door's config; each carry below says what it adds.
+	cfg := door.Config{Policy: pol, Resolver: w.Resolver, AddHosts: w.Pins, Emit: w.Emit, Run: w.Run, Logger: w.Logger}
+	if w.InContainer {
+		// With a terminal the engine's client gives the container a
+		// terminal of its own and keeps its size; the person's terminal is
+		// never the run's. The container starts from its image's
+		// environment: only what is passed is added, and the guardrails
+		// (through the door, or straight to them on an open network).
+		c.spec.TTY = isTerminal(w.Stdin)
+		c.spec.Stdin, c.spec.Stdout, c.spec.Stderr = w.Stdin, w.Stdout, w.Stderr
+		c.spec.Env = w.Env
+		if !w.NoNetwork {
+			c.spec.Env = append(c.spec.Env[:len(c.spec.Env):len(c.spec.Env)], guardrailEnv(pol, w.Open)...)
+		}
+		if !w.NoNetwork && !w.Open {
+			c.cfg = &cfg
+		}
+		return c, nil
+	}
+	stdin, stdout, stderr, tty, ownTTY, err := w.streams()
+	if err != nil {
+		return nil, err
+	}
+	c.tty = tty
+	c.spec.Stdin, c.spec.Stdout, c.spec.Stderr = stdin, stdout, stderr
+	c.spec.TTY = ownTTY || (tty != nil && tty.keys != nil)
+	closeTTY := func() {
+		if tty != nil {
+			tty.close()
+		}
+	}
+	switch k := w.Carrier.(type) {
+	case *seatbelt.Carrier:
+		c.spec.Env = withGuardrails(w.Env, pol, false)
+		k.Policy = pol
+		k.NeverWritable = append(neverWritable(), w.NeverWritable...)
+		c.cfg = &cfg
+	default:
+		// The network wall. The run is pointed at its guardrails, which it
+		// reaches through the door on their ports.
+		env := w.Env
+		if !w.NoNetwork {
+			env = withGuardrails(env, pol, false)
+		}
+		if w.Landlock && !observe && !w.NoNetwork {
+			env = append(env[:len(env):len(env)], netwall.LandlockConnectEnv(ports))
+		}
+		c.spec.Env = walledEnv(withoutInjected(env, pol))
+		// The run trusts the authority the door shows inspected hosts
+		// with; what postern reads injected headers from stays out of its
+		// reach.
+		ca, err := inspectAuthority(pol)
+		if err != nil {
+			closeTTY()
+			return nil, err
+		}
+		if nw, ok := k.(*netwall.Carrier); ok {
+			if ca != nil {
+				nw.TrustPEM = ca.CertPEM()
+			}
+			nw.Hide = pol.InjectFiles()
+			nw.Files = policyFiles(w.Files, pol)
+		}
+		if !w.NoNetwork {
+			// On a network wall the guardrails' seal is held: their hosts
+			// are denied whatever else the policy says.
+			cfg.Authority, cfg.UpstreamRoots, cfg.Upstream = ca, w.UpstreamRoots, w.Upstream
+			cfg.Seal = len(pol.Guardrails) > 0
+			c.cfg = &cfg
+		}
+	}
+	return c, nil
+}
+
+// wallWrites says what became of the run's writes that did not reach the
+// host as written (the network wall's), or of the guarded places the run
+// changed (the connect door's), each logged too.
+func wallWrites(wall carry.Wall, where string, logger *slog.Logger, run string) []string {
+	switch k := wall.(type) {
+	case interface{ Ending() netwall.Ending }:
+		lines := writeLines(k.Ending(), where)
+		for _, l := range lines {
+			logger.Info("run's writes", "run", run, "what", l)
+		}
+		return lines
+	case interface{ GuardChanges() []seatbelt.GuardChange }:
+		changes := k.GuardChanges()
+		guarded := make([]string, len(changes))
+		for i, c := range changes {
+			logger.Info("guarded path changed by the run", "run", run, "path", c.Path, "what", c.What)
+			guarded[i] = c.String()
+		}
+		return guarded
+	}
+	return nil
 }
 
 // fillDefaults fills what w leaves unset: no logs, no warnings, no events
@@ -231,6 +327,9 @@ func (w *Walled) fillDefaults() {
 	}
 	if w.Policy == nil {
 		w.Policy = policy.Nothing()
+	}
+	if w.Carrier == nil {
+		w.Carrier = &netwall.Carrier{}
 	}
 }
 

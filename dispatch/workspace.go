@@ -16,7 +16,8 @@ import (
 	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/records"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
+	"github.com/postern-dev/postern/remote-agent/transport/ssh"
 )
 
 // Workspace says what work a run takes to its machine (postern run
@@ -386,7 +387,7 @@ func ServeAgentWorkspace(ctx context.Context, req agent.WorkspaceRequest, upload
 // ended when the step returns.
 func agentStepper(sc *sshclient.Client, in agent.Install, name string) stepper {
 	return func(ctx context.Context, req agent.WorkspaceRequest, upload io.Reader, download io.Writer) (*agent.WorkspaceResult, error) {
-		t := newSSHTransport(sc)
+		t := ssh.NewTransport(sc)
 		defer t.Close()
 		c, p, err := in.Start(ctx, t)
 		if err != nil {

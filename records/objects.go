@@ -9,20 +9,24 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/probe/rung"
 )
 
+// State is where a run stands.
+type State string
+
 // Run states.
 const (
-	StateRefused = "refused"
-	StateRunning = "running"
-	StateExited  = "exited"
-	StateFailed  = "failed"
-	StateLost    = "lost"
+	StateRefused State = "refused"
+	StateRunning State = "running"
+	StateExited  State = "exited"
+	StateFailed  State = "failed"
+	StateLost    State = "lost"
 	// StateCancelled is a run its dispatch stopped when it was cancelled
 	// (Ctrl-C, dispatches cancel).
-	StateCancelled = "cancelled"
+	StateCancelled State = "cancelled"
 )
 
 // How a run ended (Run.End): which of postern's exit statuses it gets.
@@ -41,8 +45,8 @@ type Run struct {
 	ID               string       `json:"id"`
 	Machine          string       `json:"machine"`
 	Lane             machine.Lane `json:"lane"`
-	Carry            string       `json:"carry"`
-	State            string       `json:"state"`
+	Carry            carry.Carry  `json:"carry"`
+	State            State        `json:"state"`
 	ExitCode         *int         `json:"exit_code"`
 	Command          []string     `json:"command"`
 	Dir              string       `json:"dir"`

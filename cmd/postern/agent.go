@@ -11,7 +11,7 @@ import (
 
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/probe"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
 // The agent's entry points: the controller starts 'postern __agent serve' on a

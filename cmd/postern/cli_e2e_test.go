@@ -115,7 +115,7 @@ func TestRunExitStatuses(t *testing.T) {
 		args    []string
 		code    int
 		why     string
-		state   string
+		state   records.State
 		ownExit bool // the record has the command's exit status
 	}{
 		{"OwnStatus", append(noNet, "--", "sh", "-c", "echo OUT; exit 3"), 3, records.EndExited, records.StateExited, true},
@@ -133,7 +133,7 @@ func TestRunExitStatuses(t *testing.T) {
 			}
 			end := endObjectOf(t, r.Stderr)
 			run := p.lastRun(t)
-			if end.Why != c.why || end.Exit != c.code || end.ID != run.ID || end.State != c.state || run.End != c.why || run.State != c.state {
+			if end.Why != c.why || end.Exit != c.code || end.ID != run.ID || end.State != string(c.state) || run.End != c.why || run.State != c.state {
 				t.Fatalf("end object %+v, record %+v; want why %s, exit %d, state %s", end, run, c.why, c.code, c.state)
 			}
 			if c.ownExit != (run.ExitCode != nil) || (c.ownExit && (*run.ExitCode != c.code || end.ExitCode == nil || *end.ExitCode != c.code)) {
@@ -175,7 +175,7 @@ func TestRunExitStatuses(t *testing.T) {
 		r := fresh.exec(t, "run", "--json", "--", "sh", "-c", "echo RAN")
 		end := endObjectOf(t, r.Stderr)
 		objs, _ := jsonLines(t, r.Stderr)
-		if r.Code != exitRefused || end.Why != records.EndRefused || end.State != records.StateRefused || r.Stdout != "" ||
+		if r.Code != exitRefused || end.Why != records.EndRefused || end.State != string(records.StateRefused) || r.Stdout != "" ||
 			!strings.Contains(end.Error, "EGRESS-CLOSED-DEFAULT-REFUSED") || objs[0]["event"] == "start" {
 			t.Fatalf("exit %d, end %+v\nstdout %q\nstderr %s", r.Code, end, r.Stdout, r.Stderr)
 		}

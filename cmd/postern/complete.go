@@ -80,7 +80,7 @@ func completeRuns(cmd *cobra.Command, args []string, toComplete string) ([]strin
 	for i := len(rs) - 1; i >= 0; i-- {
 		r := rs[i]
 		if strings.HasPrefix(r.ID, toComplete) {
-			out = append(out, r.ID+"\t"+r.Machine+" "+r.State+" "+termtext.Printable(strings.Join(r.Command, " ")))
+			out = append(out, r.ID+"\t"+r.Machine+" "+string(r.State)+" "+termtext.Printable(strings.Join(r.Command, " ")))
 		}
 	}
 	return out, cobra.ShellCompDirectiveNoFileComp

@@ -21,7 +21,7 @@ import (
 	"github.com/postern-dev/postern/probe"
 	"github.com/postern-dev/postern/probe/rung"
 	"github.com/postern-dev/postern/records"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
 // machineView is a machine with what was last measured about it.
@@ -75,11 +75,10 @@ func viewMachine(store *records.Store, m machine.Machine) (machineView, error) {
 	}
 	v.Env = append([]string{}, m.Env...)
 	v.Lane = m.Lane(goos)
-	c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: v.Lane})
-	if err != nil {
-		c = carry.None
+	v.Carry = string(carry.None)
+	if c, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: v.Lane}); err == nil {
+		v.Carry = string(c.Carry())
 	}
-	v.Carry = string(c)
 	return v, nil
 }
 

@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/postern-dev/postern/internal/testhosts"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
 // agentVariant is the built postern with bytes appended: another agent

@@ -22,7 +22,7 @@ import (
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/testhosts"
 	"github.com/postern-dev/postern/records"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
 // sshHost is a test host running a real OpenSSH sshd that lets the controller's

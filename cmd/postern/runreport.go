@@ -98,7 +98,7 @@ func (r *runReport) line(format string, args ...any) {
 // start says the run is starting.
 func (r *runReport) start(run *records.Run) {
 	if r.json {
-		r.emit(startObject{Event: "start", ID: run.ID, Machine: run.Machine, Lane: string(run.Lane), Carry: run.Carry,
+		r.emit(startObject{Event: "start", ID: run.ID, Machine: run.Machine, Lane: string(run.Lane), Carry: string(run.Carry),
 			Policy: run.Policy, Mode: run.Mode, Env: nonNil(run.EnvNames)})
 		return
 	}
@@ -151,7 +151,7 @@ func (r *runReport) end(run *records.Run, err error, code int, why string, took 
 	if r.json {
 		o := endObject{Event: "end", Exit: code, Why: why, DurationMS: took.Milliseconds()}
 		if run != nil {
-			o.ID, o.State, o.ExitCode = run.ID, run.State, run.ExitCode
+			o.ID, o.State, o.ExitCode = run.ID, string(run.State), run.ExitCode
 			o.Allowed, o.Denials, o.WouldDeny, o.EventsDropped = run.Allowed, run.Denied, run.WouldDeny, run.EventsDropped
 		}
 		if err != nil {

@@ -14,7 +14,7 @@ type runFilter struct {
 	limit                 int
 }
 
-var runStates = []string{records.StateRunning, records.StateExited, records.StateFailed, records.StateRefused, records.StateLost, records.StateCancelled}
+var runStates = []string{string(records.StateRunning), string(records.StateExited), string(records.StateFailed), string(records.StateRefused), string(records.StateLost), string(records.StateCancelled)}
 
 // parseSince reads --since: a duration back from now ("2h", "30m") or a
 // time ("2026-12-01", "2026-12-01T15:04:05Z", "2026-12-01 15:04").
@@ -48,7 +48,7 @@ func (f runFilter) apply(rs []*records.Run, now time.Time) ([]*records.Run, erro
 	}
 	out := []*records.Run{}
 	for _, r := range rs {
-		if (f.machine != "" && r.Machine != f.machine) || (f.state != "" && r.State != f.state) || (!since.IsZero() && r.StartedAt.Before(since)) {
+		if (f.machine != "" && r.Machine != f.machine) || (f.state != "" && r.State != records.State(f.state)) || (!since.IsZero() && r.StartedAt.Before(since)) {
 			continue
 		}
 		out = append(out, r)

@@ -251,7 +251,10 @@ func newSched(id string, f *File, inventory []Machine, max int, now time.Time) (
 				// No network at all: the container has none, and needs no wall.
 				ch.carry = carry.None
 			default:
-				ch.carry, ch.err = carry.Choose(ms.m.Record, spec)
+				var c carry.Carrier
+				if c, ch.err = carry.Choose(ms.m.Record, spec); c != nil {
+					ch.carry = c.Carry()
+				}
 			}
 			chosen[key] = ch
 			c, err := ch.carry, ch.err

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"syscall"
 
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
 // Places are where a machine keeps workspaces: the repositories' caches

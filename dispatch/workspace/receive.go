@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
 // BranchPrefix is where results land in the caller's repository.

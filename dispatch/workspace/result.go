@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
 // resultRef is the one ref of a result bundle.

@@ -1,4 +1,4 @@
-package dispatch
+package ssh
 
 import (
 	"bytes"
@@ -13,13 +13,13 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	"github.com/postern-dev/postern/machine/sshclient"
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
-// sshTransport carries the agent's installation and streams over one ssh
+// Transport carries the agent's installation and streams over one ssh
 // connection. Its sftp session is opened on first use and shared; Close ends
 // it.
-type sshTransport struct {
+type Transport struct {
 	c *sshclient.Client
 
 	mu      sync.Mutex
@@ -30,13 +30,14 @@ type sshTransport struct {
 	noSFTP bool
 }
 
-var _ agent.Transport = (*sshTransport)(nil)
+var _ agent.Transport = (*Transport)(nil)
 
-func newSSHTransport(c *sshclient.Client) *sshTransport { return &sshTransport{c: c} }
+// NewTransport returns the transport over c; c stays the caller's to close.
+func NewTransport(c *sshclient.Client) *Transport { return &Transport{c: c} }
 
 // sftp returns the connection's sftp session, starting it if needed. A
 // cancelled ctx ends it (and the next call starts another).
-func (t *sshTransport) sftp(ctx context.Context) (*sftp.Client, func() bool, error) {
+func (t *Transport) sftp(ctx context.Context) (*sftp.Client, func() bool, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.noSFTP {
@@ -90,7 +91,7 @@ func startSFTP(c *sshclient.Client) (*sftp.Client, *ssh.Session, error) {
 	return sc, s, nil
 }
 
-func (t *sshTransport) drop(sc *sftp.Client, session *ssh.Session) {
+func (t *Transport) drop(sc *sftp.Client, session *ssh.Session) {
 	t.mu.Lock()
 	if t.sc == sc {
 		t.sc, t.session = nil, nil
@@ -101,7 +102,7 @@ func (t *sshTransport) drop(sc *sftp.Client, session *ssh.Session) {
 }
 
 // Close ends the sftp session, if one was started; the ssh connection stays.
-func (t *sshTransport) Close() error {
+func (t *Transport) Close() error {
 	t.mu.Lock()
 	sc, session := t.sc, t.session
 	t.sc, t.session = nil, nil
@@ -114,7 +115,7 @@ func (t *sshTransport) Close() error {
 	return nil
 }
 
-func (t *sshTransport) Stat(ctx context.Context, remote string) (agent.FileState, error) {
+func (t *Transport) Stat(ctx context.Context, remote string) (agent.FileState, error) {
 	sc, stop, err := t.sftp(ctx)
 	if errors.Is(err, errNoSFTP) {
 		return t.execStat(ctx, remote)
@@ -134,7 +135,7 @@ func (t *sshTransport) Stat(ctx context.Context, remote string) (agent.FileState
 	return st, nil
 }
 
-func (t *sshTransport) Open(ctx context.Context, remote string) (agent.RemoteFile, error) {
+func (t *Transport) Open(ctx context.Context, remote string) (agent.RemoteFile, error) {
 	sc, stop, err := t.sftp(ctx)
 	if errors.Is(err, errNoSFTP) {
 		return t.execOpen(ctx, remote)
@@ -162,7 +163,7 @@ func (f *sftpFile) Close() error {
 	return f.File.Close()
 }
 
-func (t *sshTransport) Copy(ctx context.Context, local, remote string, progress func(done, total int64)) error {
+func (t *Transport) Copy(ctx context.Context, local, remote string, progress func(done, total int64)) error {
 	src, err := os.Open(local)
 	if err != nil {
 		return fmt.Errorf("open agent %s: %w", local, err)
@@ -214,7 +215,7 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	return n, err
 }
 
-func (t *sshTransport) Output(ctx context.Context, command string) ([]byte, error) {
+func (t *Transport) Output(ctx context.Context, command string) ([]byte, error) {
 	s, err := t.c.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("open ssh session: %w", err)
@@ -242,7 +243,7 @@ func commandError(command string, err error, stderr string) error {
 	return fmt.Errorf("remote command %q: %w", command, err)
 }
 
-func (t *sshTransport) Start(ctx context.Context, command string) (agent.Process, error) {
+func (t *Transport) Start(ctx context.Context, command string) (agent.Process, error) {
 	s, err := t.c.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("open ssh session: %w", err)
@@ -257,7 +258,7 @@ func (t *sshTransport) Start(ctx context.Context, command string) (agent.Process
 		s.Close()
 		return nil, err
 	}
-	p := &sshProcess{s: s, in: in, out: out, command: command}
+	p := &process{s: s, in: in, out: out, command: command}
 	s.Stderr = &p.stderr
 	if err := s.Start(command); err != nil {
 		s.Close()
@@ -266,7 +267,7 @@ func (t *sshTransport) Start(ctx context.Context, command string) (agent.Process
 	return p, nil
 }
 
-type sshProcess struct {
+type process struct {
 	s       *ssh.Session
 	in      io.WriteCloser
 	out     io.Reader
@@ -274,12 +275,12 @@ type sshProcess struct {
 	command string
 }
 
-func (p *sshProcess) Stdin() io.WriteCloser { return p.in }
-func (p *sshProcess) Stdout() io.Reader     { return p.out }
-func (p *sshProcess) Wait() error {
+func (p *process) Stdin() io.WriteCloser { return p.in }
+func (p *process) Stdout() io.Reader     { return p.out }
+func (p *process) Wait() error {
 	if err := p.s.Wait(); err != nil {
 		return commandError(p.command, err, p.stderr.String())
 	}
 	return nil
 }
-func (p *sshProcess) Close() error { return p.s.Close() }
+func (p *process) Close() error { return p.s.Close() }

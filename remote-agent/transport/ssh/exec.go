@@ -1,4 +1,4 @@
-package dispatch
+package ssh
 
 import (
 	"bytes"
@@ -12,7 +12,7 @@ import (
 	"strconv"
 	"strings"
 
-	agent "github.com/postern-dev/postern/remote-agent"
+	"github.com/postern-dev/postern/remote-agent/agent"
 )
 
 // Without an sftp subsystem on the remote (sshd with no Subsystem sftp line),
@@ -102,7 +102,7 @@ func unixMode(m uint32) os.FileMode {
 	return fm
 }
 
-func (t *sshTransport) execStat(ctx context.Context, remote string) (agent.FileState, error) {
+func (t *Transport) execStat(ctx context.Context, remote string) (agent.FileState, error) {
 	out, err := t.Output(ctx, statCommand(remote))
 	if err != nil {
 		return agent.FileState{}, fmt.Errorf("stat %s: %w", remote, err)
@@ -116,7 +116,7 @@ func (t *sshTransport) execStat(ctx context.Context, remote string) (agent.FileS
 
 // execOpen reads the remote file whole with cat; its ReadAt serves from what
 // was read.
-func (t *sshTransport) execOpen(ctx context.Context, remote string) (agent.RemoteFile, error) {
+func (t *Transport) execOpen(ctx context.Context, remote string) (agent.RemoteFile, error) {
 	b, err := t.execRead(ctx, remote)
 	if err != nil {
 		return nil, err
@@ -128,7 +128,7 @@ type readFile struct{ *bytes.Reader }
 
 func (readFile) Close() error { return nil }
 
-func (t *sshTransport) execRead(ctx context.Context, remote string) ([]byte, error) {
+func (t *Transport) execRead(ctx context.Context, remote string) ([]byte, error) {
 	s, err := t.c.NewSession()
 	if err != nil {
 		return nil, fmt.Errorf("open ssh session: %w", err)
@@ -171,7 +171,7 @@ func copyCommand(remote string) string {
 // execCopy writes src to remote through 'cat >' and checks that what landed
 // hashes as what was sent: by the remote's sha256sum, or, without one, by
 // reading it back.
-func (t *sshTransport) execCopy(ctx context.Context, src io.Reader, size int64, remote string, progress func(done, total int64)) error {
+func (t *Transport) execCopy(ctx context.Context, src io.Reader, size int64, remote string, progress func(done, total int64)) error {
 	s, err := t.c.NewSession()
 	if err != nil {
 		return fmt.Errorf("open ssh session: %w", err)
