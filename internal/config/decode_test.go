@@ -67,3 +67,30 @@ func TestDecodeAsGohcl(t *testing.T) {
 		}
 	}
 }
+
+// FuzzDecodeAsGohcl: on any text that parses, the hand decoder and gohcl
+// agree on whether it is refused, and on the values when it is not.
+func FuzzDecodeAsGohcl(f *testing.F) {
+	f.Add("policy = \"a\"\nmachine = \"gpu1\"\nconnect_timeout = \"10s\"\nssh {\n config = \"c\"\n known_hosts = \"k\"\n}\n")
+	f.Add("ssh {}\nssh {}\n")
+	f.Add("machine = 12\n")
+	f.Fuzz(func(t *testing.T, src string) {
+		file, diags := hclsyntax.ParseConfig([]byte(src), "c.hcl", hcl.InitialPos)
+		if diags.HasErrors() {
+			return
+		}
+		got, gd := decodeFile(file.Body)
+		var want gohclFile
+		wd := gohcl.DecodeBody(file.Body, nil, &want)
+		if gd.HasErrors() != wd.HasErrors() {
+			t.Fatalf("%q: hand decoder errors %v, gohcl %v", src, gd, wd)
+		}
+		if gd.HasErrors() {
+			return
+		}
+		if got.Policy != want.Policy || got.Machine != want.Machine || got.ConnectTimeout != want.ConnectTimeout ||
+			(got.SSH == nil) != (want.SSH == nil) || (got.SSH != nil && (got.SSH.Config != want.SSH.Config || got.SSH.KnownHosts != want.SSH.KnownHosts)) {
+			t.Fatalf("%q: decoded %+v (ssh %+v), gohcl %+v (ssh %+v)", src, got, got.SSH, want, want.SSH)
+		}
+	})
+}
