@@ -15,8 +15,9 @@ build: agents
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/postern ./cmd/postern
 
 # Manual pages, one per command, made from the commands themselves.
-man: build
-	rm -rf $(BIN)/man && $(BIN)/postern __man $(BIN)/man/man1
+man:
+	CGO_ENABLED=0 $(GO) build -tags man -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/postern-man ./cmd/postern
+	rm -rf $(BIN)/man && $(BIN)/postern-man __man $(BIN)/man/man1 && rm -f $(BIN)/postern-man
 	@echo "manual pages in $(BIN)/man (man -M $(BIN)/man postern)"
 
 # The agents postern installs on remote machines over ssh: the same static binary,

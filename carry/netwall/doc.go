@@ -18,8 +18,9 @@
 //     rejected, everything else dropped;
 //   - gives the run fresh /tmp, /run, /dev/shm, /proc and /dev/pts (the
 //     host's terminals are not there), makes every other filesystem it
-//     shares with the host read-only, /proc/sys and /sys included, and masks
-//     every device node but null, zero, full, random, urandom, tty and ptmx:
+//     shares with the host read-only, /proc/sys and /sys included, and gives
+//     it a /dev of its own with no device node but null, zero, full, random,
+//     urandom, tty and ptmx (a link into its devpts):
 //     as root the run's uid is the host's, and a host file, kernel setting or
 //     disk it could write (core_pattern, cron, /dev/vda) would be a way out;
 //   - lays the run's places over that, by allow-list (see Files and

@@ -421,6 +421,9 @@ func privateMounts(cfg initConfig) (*mounted, error) {
 	if err := sealHost(); err != nil {
 		return nil, fmt.Errorf("make the host read-only: %w", err)
 	}
+	if err := ownDev(); err != nil {
+		return nil, fmt.Errorf("give the run a /dev of its own: %w", err)
+	}
 	var base string
 	for _, r := range hiddenRoots {
 		if st, err := os.Stat(r.path); err != nil || !st.IsDir() {
@@ -460,8 +463,8 @@ func privateMounts(cfg initConfig) (*mounted, error) {
 	if err := ownTerminals(); err != nil {
 		return nil, err
 	}
-	if err := sealKernel(filepath.Join(layer, layerVoidFile)); err != nil {
-		return nil, fmt.Errorf("make the kernel's settings and devices unreachable: %w", err)
+	if err := sealKernel(); err != nil {
+		return nil, fmt.Errorf("make the kernel's settings unreachable: %w", err)
 	}
 	if err := applyLayout(l, held, layer); err != nil {
 		return nil, err

@@ -41,7 +41,6 @@ const layerBase = ".postern-layer"
 // Names in the private layer.
 const (
 	layerHome     = "home"      // home/upper, home/work
-	layerVoidFile = "void-file" // what a masked device shows: empty, mode 0, opened by no one
 	layerVoidRead = "void-read" // what a masked file shows: empty, read-only
 	layerVoidDir  = "void-dir"  // what a masked directory shows: empty, read-only
 )
@@ -223,9 +222,6 @@ func makeLayer(base string, l layout) (string, error) {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
 			return "", fmt.Errorf("private layer: %w", err)
 		}
-	}
-	if err := os.WriteFile(filepath.Join(dir, layerVoidFile), nil, 0); err != nil {
-		return "", fmt.Errorf("private layer: %w", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, layerVoidRead), nil, 0o444); err != nil {
 		return "", fmt.Errorf("private layer: %w", err)

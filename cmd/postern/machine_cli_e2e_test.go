@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/postern-dev/postern/internal/testhosts"
 )
 
 // Shell completion completes machine names and run ids, through cobra's
@@ -96,9 +98,19 @@ func TestManPages(t *testing.T) {
 	if _, err := exec.LookPath("man"); err != nil {
 		t.Fatalf("man is needed (apt-get install man-db): %v", err)
 	}
-	c := newController(t)
+	testhosts.EndToEnd(t)
+	// Only a build with the man tag writes manual pages.
+	bin := filepath.Join(t.TempDir(), "postern-man")
+	if out, err := exec.Command("go", "build", "-tags", "man", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build with -tags man: %v\n%s", err, out)
+	}
 	dir := filepath.Join(t.TempDir(), "man1")
-	c.mustPostern(t, "__man", dir)
+	if out, err := exec.Command(bin, "__man", dir).CombinedOutput(); err != nil {
+		t.Fatalf("__man: %v\n%s", err, out)
+	}
+	if _, stderr, code := runPostern(t, "__man", filepath.Join(t.TempDir(), "man1")); code == 0 {
+		t.Errorf("the binary built without the man tag still writes manual pages:\n%s", stderr)
+	}
 	for _, p := range []string{"postern.1", "postern-run.1", "postern-machine-clean.1", "postern-runs-list.1", "postern-version.1"} {
 		if _, err := os.Stat(filepath.Join(dir, p)); err != nil {
 			t.Fatalf("no manual page %s: %v", p, err)

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/postern-dev/postern/remote-agent/agent"
@@ -41,14 +42,16 @@ func DefaultPlaces() (Places, error) {
 	return Places{Cache: filepath.Join(cache, "postern", "workspaces"), Runs: filepath.Join(data, "postern", "workspaces")}, nil
 }
 
+// Compiled on first use: every start of the binary (the wall's init too)
+// would otherwise pay for them in package initialisation.
 var (
-	idPattern  = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,80}$`)
-	keyPattern = regexp.MustCompile(`^r-[0-9a-f]{24}$`)
+	idPattern  = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,80}$`) })
+	keyPattern = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^r-[0-9a-f]{24}$`) })
 )
 
 // RunDir is the run's work tree.
 func (p Places) RunDir(runID string) (string, error) {
-	if !idPattern.MatchString(runID) {
+	if !idPattern().MatchString(runID) {
 		return "", fmt.Errorf("run id %q is not one postern makes", runID)
 	}
 	return filepath.Join(p.Runs, runID), nil
@@ -81,7 +84,7 @@ func shippedTree(ctx context.Context, run, tmp string) (string, error) {
 }
 
 func (p Places) cacheDir(key string) (string, error) {
-	if !keyPattern.MatchString(key) {
+	if !keyPattern().MatchString(key) {
 		return "", fmt.Errorf("repository key %q is not one postern makes", key)
 	}
 	return filepath.Join(p.Cache, key+".git"), nil
@@ -401,7 +404,7 @@ func (p Places) sparePrefix(key string) string { return filepath.Join(p.Runs, ".
 // takeSpare moves a spare copy of the repository key to run, if there is
 // one: a rename, so that two runs never take the same.
 func (p Places) takeSpare(key, run string) bool {
-	if !keyPattern.MatchString(key) {
+	if !keyPattern().MatchString(key) {
 		return false
 	}
 	spares, _ := filepath.Glob(p.sparePrefix(key) + "*")
@@ -427,7 +430,7 @@ func Remove(p Places, runID, key string) (*agent.WorkspaceResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	if keyPattern.MatchString(key) {
+	if keyPattern().MatchString(key) {
 		if spares, _ := filepath.Glob(p.sparePrefix(key) + "*"); len(spares) < maxSpares {
 			var rnd [6]byte
 			_, _ = rand.Read(rnd[:])

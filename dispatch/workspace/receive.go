@@ -56,7 +56,7 @@ func Import(ctx context.Context, root, runID, base string, res *agent.WorkspaceR
 	if res == nil || !res.Changed || !validSHA(res.Result) {
 		return nil, errors.New("no result to import")
 	}
-	if !idPattern.MatchString(runID) {
+	if !idPattern().MatchString(runID) {
 		return nil, fmt.Errorf("run id %q is not one postern makes", runID)
 	}
 	g := git{dir: root}

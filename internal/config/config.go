@@ -23,8 +23,9 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
-	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
 )
 
 // Config is what the file sets; zero values are unset.
@@ -44,15 +45,93 @@ type SSH struct {
 }
 
 type file struct {
-	Policy         string    `hcl:"policy,optional"`
-	Machine        string    `hcl:"machine,optional"`
-	ConnectTimeout string    `hcl:"connect_timeout,optional"`
-	SSH            *sshBlock `hcl:"ssh,block"`
+	Policy         string
+	Machine        string
+	ConnectTimeout string
+	SSH            *sshBlock
 }
 
 type sshBlock struct {
-	Config     string `hcl:"config,optional"`
-	KnownHosts string `hcl:"known_hosts,optional"`
+	Config     string
+	KnownHosts string
+}
+
+// The file's schema, decoded by hand rather than with gohcl: gohcl brings in
+// hclwrite and go-cmp, whose package initialisation every start of postern
+// would pay for, the wall's init included.
+var (
+	fileSchema = &hcl.BodySchema{
+		Attributes: []hcl.AttributeSchema{{Name: "policy"}, {Name: "machine"}, {Name: "connect_timeout"}},
+		Blocks:     []hcl.BlockHeaderSchema{{Type: "ssh"}},
+	}
+	sshSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "config"}, {Name: "known_hosts"}}}
+)
+
+// decodeFile decodes body as gohcl.DecodeBody would into file: the same
+// schema, conversions and diagnostics.
+func decodeFile(body hcl.Body) (file, hcl.Diagnostics) {
+	var raw file
+	content, diags := body.Content(fileSchema)
+	if content == nil {
+		return raw, diags
+	}
+	diags = append(diags, decodeString(content.Attributes["policy"], &raw.Policy)...)
+	diags = append(diags, decodeString(content.Attributes["machine"], &raw.Machine)...)
+	diags = append(diags, decodeString(content.Attributes["connect_timeout"], &raw.ConnectTimeout)...)
+	var first *hcl.Block
+	for _, b := range content.Blocks {
+		if b.Type != "ssh" {
+			continue
+		}
+		if first != nil {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Duplicate ssh block",
+				Detail:   fmt.Sprintf("Only one ssh block is allowed. Another was defined at %s.", first.DefRange.String()),
+				Subject:  &b.DefRange,
+			})
+			continue
+		}
+		first = b
+		raw.SSH = &sshBlock{}
+		sc, sdiags := b.Body.Content(sshSchema)
+		diags = append(diags, sdiags...)
+		if sc != nil {
+			diags = append(diags, decodeString(sc.Attributes["config"], &raw.SSH.Config)...)
+			diags = append(diags, decodeString(sc.Attributes["known_hosts"], &raw.SSH.KnownHosts)...)
+		}
+	}
+	return raw, diags
+}
+
+// decodeString sets *to from attr's value converted to a string; a missing
+// attr leaves it as it is.
+func decodeString(attr *hcl.Attribute, to *string) hcl.Diagnostics {
+	if attr == nil {
+		return nil
+	}
+	val, diags := attr.Expr.Value(nil)
+	if diags.HasErrors() {
+		return diags
+	}
+	val, err := convert.Convert(val, cty.String)
+	if err == nil && val.IsNull() {
+		err = errors.New("a string is required")
+	}
+	if err == nil && !val.IsKnown() {
+		err = errors.New("the value is not known")
+	}
+	if err != nil {
+		return append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Unsuitable value type",
+			Detail:   fmt.Sprintf("Unsuitable value: %s", err.Error()),
+			Subject:  attr.Expr.StartRange().Ptr(),
+			Context:  attr.Expr.Range().Ptr(),
+		})
+	}
+	*to = val.AsString()
+	return diags
 }
 
 // Error is a config file that cannot be used; its message has file:line:col
@@ -108,8 +187,8 @@ func Parse(filename string, src []byte) (Config, error) {
 	if diags.HasErrors() {
 		return Config{}, &Error{diags}
 	}
-	var raw file
-	if diags := gohcl.DecodeBody(f.Body, nil, &raw); diags.HasErrors() {
+	raw, diags := decodeFile(f.Body)
+	if diags.HasErrors() {
 		return Config{}, &Error{diags}
 	}
 	body := f.Body.(*hclsyntax.Body)
