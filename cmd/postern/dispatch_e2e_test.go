@@ -342,6 +342,32 @@ func TestDispatchFleet(t *testing.T) {
 
 	// --detach returns the id at once; the background process outlives the
 	// command; wait follows it to its end and exits as it does.
+	// A tasks file's env values reach the runs and nothing else: the
+	// records file holds the names, never a value, in the dispatch record,
+	// the runs' records or their kept output.
+	t.Run("TasksFileEnvNeverRecorded", func(t *testing.T) {
+		secret := "tasks-secret-" + randHex(12)
+		src := fmt.Sprintf("machines = [\"m1\", \"m2\"]\nenv = { FILE_SECRET = %q }\n", secret) +
+			"task \"a\" {\n  command = [\"sh\", \"-c\", \"printf %s \\\"$FILE_SECRET\\\" | sha256sum\"]\n}\n" +
+			fmt.Sprintf("task \"b\" {\n  command = [\"sh\", \"-c\", \"printf %%s \\\"$TASK_SECRET\\\" | sha256sum\"]\n  env = { TASK_SECRET = %q }\n}\n", secret+"-b")
+		out := c.mustPostern(t, "dispatch", tasksFile(t, src))
+		ids := map[string]bool{}
+		for _, r := range dispatchRuns(t, c, dispatchID(t, out)) {
+			ids[r.ID] = true
+			want := sha256Hex([]byte(secret))
+			if r.Task == "b" {
+				want = sha256Hex([]byte(secret + "-b"))
+			}
+			if lo := c.mustPostern(t, "runs", "logs", r.ID); lo != want+"  -\n" {
+				t.Fatalf("task %s saw %q, want the hash of its value %s", r.Task, lo, want)
+			}
+		}
+		if len(ids) != 2 || strings.Contains(out, secret) {
+			t.Fatalf("%d runs; dispatch output:\n%s", len(ids), out)
+		}
+		assertNowhere(t, filepath.Join(c.PosternHome, "records.db"), secret)
+	})
+
 	t.Run("DetachWait", func(t *testing.T) {
 		src := "machines = [\"m1\", \"m2\"]\n" +
 			"task \"one\" {\n  command = [\"sh\", \"-c\", \"sleep 2.5; echo detached-one$VIA\"]\n}\n" +

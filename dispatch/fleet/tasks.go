@@ -1,7 +1,9 @@
 package fleet
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
 	"math/big"
 	"os"
 	"path"
@@ -72,11 +74,13 @@ type Task struct {
 	Needs []string `json:"needs,omitempty"`
 	// Policy is the policy file's path, relative ones taken from the tasks
 	// file's directory; "" allows nothing.
-	Policy    string            `json:"policy,omitempty"`
-	PolicyPos string            `json:"policy_pos,omitempty"`
-	Network   Network           `json:"network"`
-	Reason    string            `json:"reason,omitempty"` // why the network is open
-	Env       map[string]string `json:"env,omitempty"`
+	Policy    string  `json:"policy,omitempty"`
+	PolicyPos string  `json:"policy_pos,omitempty"`
+	Network   Network `json:"network"`
+	Reason    string  `json:"reason,omitempty"` // why the network is open
+	// Env's values are the run's, never recorded: a record of the task
+	// holds their names alone (see MarshalJSON).
+	Env map[string]string `json:"-"`
 	// Dir is the directory the command starts in, relative to where the
 	// dispatch was started (inside its workspace); "" is that directory.
 	Dir string `json:"dir,omitempty"`
@@ -897,4 +901,19 @@ func (p *parser) policy(a *hclsyntax.Attribute) (string, string) {
 		s = filepath.Join(p.base, s)
 	}
 	return s, posString(a.Expr.Range())
+}
+
+// MarshalJSON writes t as its records keep it: the names of its
+// environment variables in env_names, never their values, which may be
+// secrets (as a run's record keeps names only).
+func (t Task) MarshalJSON() ([]byte, error) {
+	type plain Task
+	names := slices.Sorted(maps.Keys(t.Env))
+	if names == nil {
+		names = []string{}
+	}
+	return json.Marshal(struct {
+		plain
+		EnvNames []string `json:"env_names"`
+	}{plain(t), names})
 }

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -372,5 +373,19 @@ func TestParseContainer(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "t.hcl:3:") {
 			t.Errorf("container = %s: %v, want an error at t.hcl:3", bad, err)
 		}
+	}
+}
+
+// TestTaskRecordKeepsEnvNamesOnly: a task's environment values (secrets, as
+// often as not) never reach its record's JSON; the names do.
+func TestTaskRecordKeepsEnvNamesOnly(t *testing.T) {
+	secret := "sk-live-0123456789abcdef"
+	rec := &Record{Tasks: []TaskRecord{{Name: "t", Spec: Task{Name: "t", Command: []string{"true"}, Env: map[string]string{"API_KEY": secret, "B": "x"}}}}}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), secret) || !strings.Contains(string(b), `"env_names":["API_KEY","B"]`) {
+		t.Fatalf("record JSON: %s", b)
 	}
 }
