@@ -13,6 +13,7 @@ import (
 
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/dispatch/workspace"
 	"github.com/postern-dev/postern/door/policy"
 	"github.com/postern-dev/postern/records"
 )
@@ -78,7 +79,7 @@ func runLocal(ctx context.Context, store *records.Store, run *records.Run, spec 
 // under the records' directory, in kept/RUN.
 func localFiles(store *records.Store, run string, keep bool) (netwall.Files, error) {
 	state := filepath.Dir(store.Path())
-	f := netwall.Files{Protect: []string{state}}
+	f := netwall.Files{Protect: []string{state}, Guard: workspaceGuard()}
 	if exe, err := os.Executable(); err == nil {
 		if real, err := filepath.EvalSymlinks(exe); err == nil {
 			exe = real
@@ -95,6 +96,17 @@ func localFiles(store *records.Store, run string, keep bool) (netwall.Files, err
 		}
 	}
 	return f, nil
+}
+
+// workspaceGuard are the workspaces' places on this machine, which no
+// writable place of a run's may hold: the repositories' cache (other runs
+// check out from it) and the runs' copies (other runs' work trees).
+func workspaceGuard() []string {
+	p, err := workspace.DefaultPlaces()
+	if err != nil {
+		return nil
+	}
+	return []string{p.Cache, p.Runs}
 }
 
 // runOpen runs the command with no wall: the person asked for it with --egress-open.

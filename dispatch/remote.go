@@ -507,7 +507,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 // masked. With KeepHome, the home's private layer is kept on the remote, in
 // ~/.local/state/postern/kept/RUN.
 func agentFiles(req agent.RunRequest) (netwall.Files, error) {
-	var f netwall.Files
+	f := netwall.Files{Guard: workspaceGuard()}
 	if exe, err := os.Executable(); err == nil {
 		if real, err := filepath.EvalSymlinks(exe); err == nil {
 			exe = real

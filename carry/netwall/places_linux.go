@@ -118,7 +118,7 @@ func planLayout(dir string, env []string, f Files) (layout, error) {
 	}
 
 	for _, w := range f.Writable {
-		bind, copyRel, err := writablePlace(w, home, protect)
+		bind, copyRel, err := writablePlace(w, home, protect, f.Guard)
 		if err != nil {
 			return l, err
 		}
@@ -223,7 +223,7 @@ func workDirProblem(dir, home string, protect []string) (why, fix string) {
 // how the run gets it: bound (bind, a real path), or copied back at the end
 // (copyRel, below the home). An entry that names nothing the run could reach
 // (no home, a missing absolute path) gets neither.
-func writablePlace(w Place, home string, protect []string) (bind, copyRel string, err error) {
+func writablePlace(w Place, home string, protect, guard []string) (bind, copyRel string, err error) {
 	what := fmt.Sprintf("writable entry %q", w.Path)
 	bad := func(p, why, fix string) error {
 		return &PlaceError{What: what, Path: p, Pos: w.Pos, Why: why, Fix: fix}
@@ -255,6 +255,12 @@ func writablePlace(w Place, home string, protect []string) (bind, copyRel string
 	for _, p := range protect {
 		if under(real, []string{p}) || under(p, []string{real}) {
 			return "", "", bad(real, "a run may never write "+p+", which holds postern's own records or agents", "list a place that does not hold it")
+		}
+	}
+	for _, g := range guard {
+		g, _ = resolve(g)
+		if under(real, []string{g}) || under(g, []string{real}) {
+			return "", "", bad(real, "a run may never write "+g+", which holds postern's workspaces (the repositories' cache and the runs' copies)", "list a place that does not hold it")
 		}
 	}
 	var st os.FileInfo

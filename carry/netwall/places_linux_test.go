@@ -1,6 +1,7 @@
 package netwall
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,6 +105,25 @@ func TestPlanLayout(t *testing.T) {
 	}
 	if !slices.Equal(l.Binds, []string{filepath.Join(home, "notes")}) || len(l.Git) != 0 {
 		t.Errorf("in the home's own repository: %+v; want only the directory, no git directory", l)
+	}
+
+	// The workspaces' places: a run may work in its own copy there, but no
+	// writable place may be, hold or lie in one (other runs' copies, the
+	// cache they check out from).
+	cache, runs := filepath.Join(home, ".cache/postern/workspaces"), filepath.Join(home, ".local/share/postern/workspaces")
+	mk("home/.cache/postern/workspaces/r-1.git/HEAD", "ref: refs/heads/main\n")
+	mk("home/.local/share/postern/workspaces/RUN/f", "x")
+	guarded := Files{Guard: []string{cache, runs}}
+	if _, err := planLayout(filepath.Join(runs, "RUN"), env, guarded); err != nil {
+		t.Errorf("a run in its own copy: %v", err)
+	}
+	for _, w := range []string{"~/.cache", "~/.cache/postern/workspaces/r-1.git", "~/.local/share", "~/.local/share/postern/workspaces/OTHER"} {
+		g := guarded
+		g.Writable = []Place{{Path: w}}
+		var pe *PlaceError
+		if _, err := planLayout(proj, env, g); !errors.As(err, &pe) || !(strings.Contains(err.Error(), "postern's workspaces") || strings.Contains(err.Error(), "which programs outside the wall obey")) {
+			t.Errorf("writable %q beside the workspaces' places: %v; want it refused", w, err)
+		}
 	}
 
 	// No home: nothing of it is planned.

@@ -137,6 +137,11 @@ type Files struct {
 	// writable place may not contain one, nor the working directory lie in
 	// one.
 	Protect []string
+	// Guard are absolute paths of postern's own that a run may work below
+	// but never list as writable: the workspaces' cache and the runs'
+	// copies. A writable place may not be one, lie in one or contain one;
+	// the working directory may lie in one (a run's own copy).
+	Guard []string
 	// ReadOnly are absolute paths held read-only where they lie in a place
 	// the run writes: the postern binary and the agents it installs.
 	ReadOnly []string

@@ -157,7 +157,7 @@ func TestParseBundleHeader(t *testing.T) {
 	if err != nil || len(h.Refs) != 1 || h.Refs[0].Name != "refs/postern/result" || len(h.Prerequisites) != 1 {
 		t.Fatalf("%+v %v", h, err)
 	}
-	for _, bad := range []string{"", "# v9 git bundle\n", "# v2 git bundle\n" + sha + "\n\n", "# v2 git bundle\n@object-format=sha1\n\n", "# v2 git bundle\nzz refs/x\n\n", "# v2 git bundle\n" + sha + " refs/x"} {
+	for _, bad := range []string{"", "# v9 git bundle\n", "# v2 git bundle\n" + sha + "\n\n", "# v2 git bundle\n@object-format=sha1\n\n", "# v2 git bundle\nzz refs/x\n\n", "# v2 git bundle\n" + sha + " refs/x", "# v3 git bundle\n@filter=blob:none\n" + sha + " refs/postern/result\n\n"} {
 		if _, err := ParseBundleHeader(strings.NewReader(bad)); err == nil {
 			t.Errorf("parsed %q", bad)
 		}
