@@ -10,7 +10,6 @@ import (
 	"context"
 	"flag"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/postern-dev/postern/internal/benchmark"
@@ -28,15 +27,14 @@ func main() {
 		benchcmd.Exit("postern-bench", benchmark.ServeChild(context.Background()))
 		return
 	}
-	var (
-		cfg  benchmark.Config
-		skip string
-	)
+	var cfg benchmark.Config
 	benchcmd.Main(benchcmd.Command{
 		Name:       "postern-bench",
 		RootFor:    "it makes network namespaces and raises the open-file limit",
 		Timeout:    20 * time.Minute,
 		Postern:    &cfg.Postern,
+		Skip:       &cfg.Skip,
+		SkipUsage:  "door, squid, tinyproxy, baseline",
 		QuickUsage: "small run: 64 MiB × 3 bulk, 300 setup samples (50 after idling), 2s wrk, 1000 idle tunnels",
 		Quick: func() {
 			cfg.BulkBytes, cfg.BulkRuns = 64<<20, 3
@@ -49,12 +47,8 @@ func main() {
 		},
 		Flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&cfg.IdleTunnels, "tunnels", 0, "idle tunnels per proxy (default 10000)")
-			fs.StringVar(&skip, "skip", "", "comma-separated proxies not to run: door, squid, tinyproxy, baseline")
 		},
 		Run: func(ctx context.Context, log *slog.Logger) (benchcmd.Report, error) {
-			if skip != "" {
-				cfg.Skip = strings.Split(skip, ",")
-			}
 			cfg.Logger = log
 			return benchmark.Run(ctx, cfg)
 		},

@@ -10,7 +10,6 @@ import (
 	"context"
 	"flag"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/postern-dev/postern/internal/benchmark"
@@ -23,15 +22,14 @@ func main() {
 		benchcmd.Exit("postern-gatewaybench", benchmark.ServeChild(context.Background()))
 		return
 	}
-	var (
-		cfg  benchmark.GatewayConfig
-		skip string
-	)
+	var cfg benchmark.GatewayConfig
 	benchcmd.Main(benchcmd.Command{
 		Name:       "postern-gatewaybench",
 		RootFor:    "it makes network namespaces and raises the open-file limit",
 		Timeout:    15 * time.Minute,
 		Postern:    &cfg.Postern,
+		Skip:       &cfg.Skip,
+		SkipUsage:  "squid",
 		QuickUsage: "shorter run: 500 setups, 2s wrk, 40 policy changes (the clients and tunnels stay)",
 		Quick: func() {
 			cfg.SetupSamples = 500
@@ -41,12 +39,8 @@ func main() {
 		Flags: func(fs *flag.FlagSet) {
 			fs.IntVar(&cfg.Clients, "clients", 0, "clients, each with a policy of its own (default 1000)")
 			fs.IntVar(&cfg.IdleTunnels, "tunnels", 0, "idle tunnels (default 10000)")
-			fs.StringVar(&skip, "skip", "", "comma-separated proxies not to run: squid")
 		},
 		Run: func(ctx context.Context, log *slog.Logger) (benchcmd.Report, error) {
-			if skip != "" {
-				cfg.Skip = strings.Split(skip, ",")
-			}
 			cfg.Logger = log
 			return benchmark.RunGateway(ctx, cfg)
 		},

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,6 +39,10 @@ type Command struct {
 	// flags are parsed, so it can look at them).
 	QuickUsage string
 	Quick      func()
+	// Skip, when not nil, receives -skip, a comma-separated list of the
+	// paths not to run, which SkipUsage names.
+	Skip      *[]string
+	SkipUsage string
 	// Flags adds the command's own flags.
 	Flags func(fs *flag.FlagSet)
 	// Run measures; the logger writes to stderr.
@@ -47,22 +52,37 @@ type Command struct {
 // Main parses the flags, runs c and prints its report, exiting non-zero on
 // an error.
 func Main(c Command) {
-	fs := flag.CommandLine
+	out, _ := c.parse(flag.CommandLine, os.Args[1:]) // flag.ExitOnError
+	Exit(c.Name, run(c, out))
+}
+
+// parse registers the common flags and c's own on fs, parses args and
+// applies -skip and -quick. It returns -out.
+func (c Command) parse(fs *flag.FlagSet, args []string) (string, error) {
 	var (
 		quick bool
 		out   string
+		skip  string
 	)
 	fs.StringVar(c.Postern, "postern", "", "built postern binary (default: build ./cmd/postern from the working directory)")
+	if c.Skip != nil {
+		fs.StringVar(&skip, "skip", "", "comma-separated proxies not to run: "+c.SkipUsage)
+	}
 	if c.Flags != nil {
 		c.Flags(fs)
 	}
 	fs.BoolVar(&quick, "quick", false, c.QuickUsage)
 	fs.StringVar(&out, "out", "", "also write the markdown to this file")
-	_ = fs.Parse(os.Args[1:]) // flag.ExitOnError
+	if err := fs.Parse(args); err != nil {
+		return "", err
+	}
+	if skip != "" {
+		*c.Skip = strings.Split(skip, ",")
+	}
 	if quick && c.Quick != nil {
 		c.Quick()
 	}
-	Exit(c.Name, run(c, out))
+	return out, nil
 }
 
 func run(c Command, out string) error {
