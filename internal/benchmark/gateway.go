@@ -491,24 +491,7 @@ acl lab dst %s
 acl labports port 12000-12099
 %sinclude %s
 http_access deny all
-cache deny all
-cache_mem 8 MB
-access_log none
-cache_store_log none
-cache_log /dev/null
-logfile_rotate 0
-pid_filename none
-coredump_dir %s
-max_filedescriptors 65536
-shutdown_lifetime 0 seconds
-pinger_enable off
-dns_nameservers %s
-hosts_file %s
-via off
-forwarded_for delete
-client_idle_pconn_timeout 10 minutes
-read_timeout 10 minutes
-`, port, helper, pwFile, lab.Subnet(), acl.String(), flipFile, dir, lab.dns.Addr.Addr(), hosts)
+`, port, helper, pwFile, lab.Subnet(), acl.String(), flipFile) + squidSettings(dir, lab.dns.Addr.Addr().String(), hosts)
 	if err := os.WriteFile(conf, []byte(src), 0o644); err != nil {
 		return nil, err
 	}
