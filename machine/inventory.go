@@ -3,13 +3,10 @@ package machine
 import (
 	"fmt"
 	"os"
-	"strings"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
-	"github.com/zclconf/go-cty/cty"
-	"github.com/zclconf/go-cty/cty/convert"
-	"github.com/zclconf/go-cty/cty/gocty"
+	"github.com/postern-dev/postern/internal/hcldecode"
 )
 
 // inventoryFile is the HCL inventory:
@@ -43,13 +40,15 @@ type inventoryMachine struct {
 // postern would pay for, the wall's re-executed stages included.
 var (
 	inventorySchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{{Type: "machine", LabelNames: []string{"name"}}}}
-	machineSchema   = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-		{Name: "ssh", Required: true},
-		{Name: "identity"},
+	// In name order, as gohcl lists them: a misspelt name is offered the
+	// first of the nearest.
+	machineSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
 		{Name: "agent_dir"},
-		{Name: "labels"},
 		{Name: "env"},
+		{Name: "identity"},
+		{Name: "labels"},
 		{Name: "per_machine"},
+		{Name: "ssh", Required: true},
 	}}
 )
 
@@ -69,73 +68,23 @@ func decodeInventory(body hcl.Body) (inventoryFile, hcl.Diagnostics) {
 		mc, mdiags := b.Body.Content(machineSchema)
 		diags = append(diags, mdiags...)
 		if mc != nil {
-			diags = append(diags, decodeAttr(mc.Attributes["ssh"], &m.SSH)...)
-			diags = append(diags, decodeAttr(mc.Attributes["identity"], &m.Identity)...)
-			diags = append(diags, decodeAttr(mc.Attributes["agent_dir"], &m.AgentDir)...)
-			diags = append(diags, decodeAttr(mc.Attributes["labels"], &m.Labels)...)
-			diags = append(diags, decodeAttr(mc.Attributes["env"], &m.Env)...)
-			diags = append(diags, decodeAttr(mc.Attributes["per_machine"], &m.PerMachine)...)
+			diags = append(diags, hcldecode.Attr(mc.Attributes["ssh"], &m.SSH)...)
+			diags = append(diags, hcldecode.Attr(mc.Attributes["identity"], &m.Identity)...)
+			diags = append(diags, hcldecode.Attr(mc.Attributes["agent_dir"], &m.AgentDir)...)
+			diags = append(diags, hcldecode.Attr(mc.Attributes["labels"], &m.Labels)...)
+			diags = append(diags, hcldecode.Attr(mc.Attributes["env"], &m.Env)...)
+			diags = append(diags, hcldecode.Attr(mc.Attributes["per_machine"], &m.PerMachine)...)
 		}
 		inv.Machines = append(inv.Machines, m)
 	}
 	return inv, diags
 }
 
-// decodeAttr sets *to from attr's value, converted to *to's type (a string
-// a list of strings or a map of strings); a missing attr leaves it as it is.
-func decodeAttr(attr *hcl.Attribute, to any) hcl.Diagnostics {
-	if attr == nil {
-		return nil
-	}
-	val, diags := attr.Expr.Value(nil)
-	ty := cty.String
-	switch to.(type) {
-	case *map[string]string:
-		ty = cty.Map(cty.String)
-	case *[]string:
-		ty = cty.List(cty.String)
-	case *int:
-		ty = cty.Number
-	}
-	unsuitable := func(err error) hcl.Diagnostics {
-		return append(diags, &hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Unsuitable value type",
-			Detail:   fmt.Sprintf("Unsuitable value: %s", err.Error()),
-			Subject:  attr.Expr.StartRange().Ptr(),
-			Context:  attr.Expr.Range().Ptr(),
-		})
-	}
-	val, err := convert.Convert(val, ty)
-	if err != nil {
-		return unsuitable(err)
-	}
-	if err := gocty.FromCtyValue(val, to); err != nil {
-		return unsuitable(err)
-	}
-	return diags
-}
-
 // InventoryError is an inventory that cannot be used; its message has
 // file:line:col for each problem.
 type InventoryError struct{ Diags hcl.Diagnostics }
 
-func (e *InventoryError) Error() string {
-	var b strings.Builder
-	for i, d := range e.Diags {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		if d.Subject != nil {
-			fmt.Fprintf(&b, "%s:%d:%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
-		}
-		b.WriteString(d.Summary)
-		if d.Detail != "" {
-			b.WriteString(": " + d.Detail)
-		}
-	}
-	return b.String()
-}
+func (e *InventoryError) Error() string { return hcldecode.Message(e.Diags) }
 
 // LoadInventory reads an inventory file.
 func LoadInventory(path string) ([]Machine, error) {

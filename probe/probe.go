@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"log/slog"
+	"os"
 	"os/user"
 	"runtime"
 	"strconv"
@@ -89,7 +90,7 @@ func whoami() string {
 	if u, err := user.Current(); err == nil && u.Username != "" {
 		return u.Username
 	}
-	return "uid " + strconv.Itoa(currentUID())
+	return "uid " + strconv.Itoa(os.Getuid())
 }
 
 func yes(detail string) Rung { return Rung{Result: Yes, Detail: detail} }

@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
@@ -22,29 +20,10 @@ import (
 
 // On macOS the Linux rungs answer no, and the seatbelt rung performs the act.
 func rungs() []measurement {
-	notLinux := func(ctx context.Context) Rung {
-		return no(fmt.Sprintf("%s is not Linux", runtime.GOOS), "")
-	}
-	return []measurement{
-		{RungUserns, notLinux},
-		{RungNetns, notLinux},
-		{RungNetnsRedirect, notLinux},
-		{RungIPv6, notLinux},
-		{RungLandlock, notLinux},
-		{RungSeatbeltNetworkDeny, measureSeatbelt},
-		{RungGPU, MeasureGPU},
-	}
+	return append(notLinuxRungs(RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungLandlock),
+		measurement{RungSeatbeltNetworkDeny, measureSeatbelt},
+		measurement{RungGPU, MeasureGPU})
 }
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
-}
-
-func currentUID() int { return os.Getuid() }
 
 // osVersion is macOS's product version (sw_vers -productVersion).
 func osVersion() string {
@@ -159,16 +138,8 @@ func answerProbe(l net.Listener) {
 		return
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if line, err := bufio.NewReader(c).ReadString('\n'); err == nil && strings.TrimSpace(line) == probeHello {
-		fmt.Fprintln(c, probeOK)
-	}
+	_ = answerHello(c) // the child reports what it saw
 }
-
-const (
-	probeHello = "postern-probe"
-	probeOK    = "ok"
-)
 
 // ChildMain runs the probe child named by arg (SeatbeltArg) with its
 // arguments, reports on stdout and returns the exit status.
@@ -179,7 +150,7 @@ func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer)
 	}
 	var rep seatbeltReport
 	doorAddr := strings.TrimPrefix(os.Getenv("HTTPS_PROXY"), "http://")
-	if err := talk(ctx, doorAddr); err != nil {
+	if err := sayHello(ctx, doorAddr); err != nil {
 		rep.Door = err.Error()
 	}
 	d := net.Dialer{Timeout: 5 * time.Second}
@@ -196,27 +167,6 @@ func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer)
 	b, _ := json.Marshal(rep)
 	fmt.Fprintln(stdout, string(b))
 	return 0
-}
-
-func talk(ctx context.Context, addr string) error {
-	d := net.Dialer{Timeout: 5 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("dial %s: %w", addr, err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := fmt.Fprintln(c, probeHello); err != nil {
-		return err
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("read from %s: %w", addr, err)
-	}
-	if strings.TrimSpace(line) != probeOK {
-		return fmt.Errorf("%s answered %q", addr, line)
-	}
-	return nil
 }
 
 // errText is the cause of a refused dial, without the addresses around it.

@@ -1,7 +1,6 @@
 package probe
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -32,11 +31,6 @@ var (
 	redirectTarget6 = netip.MustParseAddrPort("[2001:db8::1]:443")
 )
 
-const (
-	probeHello = "postern-probe"
-	probeOK    = "ok"
-)
-
 func rungs() []measurement {
 	return []measurement{
 		{RungUserns, measureUserns},
@@ -49,16 +43,6 @@ func rungs() []measurement {
 		{RungGPU, MeasureGPU},
 	}
 }
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
-}
-
-func currentUID() int { return os.Getuid() }
 
 // osVersion: the kernel release says what a Linux machine can do.
 func osVersion() string { return "" }
@@ -260,14 +244,7 @@ func serveOnce(l net.Listener, seen chan<- result) {
 		seen <- result{err: err}
 		return
 	}
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil || strings.TrimSpace(line) != probeHello {
-		seen <- result{dst: dst, err: fmt.Errorf("child said %q (%v), want %q", line, err, probeHello)}
-		return
-	}
-	_, err = fmt.Fprintln(c, probeOK)
-	seen <- result{dst: dst, err: err}
+	seen <- result{dst: dst, err: answerHello(c)}
 }
 
 func measureLandlock(ctx context.Context) Rung {
@@ -294,7 +271,7 @@ func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer)
 			fmt.Fprintf(stdout, "usage: %s ADDR:PORT\n", ConnectArg)
 			return 2
 		}
-		if err := connect(ctx, args[0]); err != nil {
+		if err := sayHello(ctx, args[0]); err != nil {
 			fmt.Fprintln(stdout, err)
 			return 1
 		}
@@ -329,27 +306,6 @@ func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer)
 	}
 	fmt.Fprintf(stdout, "unknown probe child %q\n", arg)
 	return 2
-}
-
-func connect(ctx context.Context, addr string) error {
-	d := net.Dialer{Timeout: 5 * time.Second}
-	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("dial %s: %w", addr, err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(5 * time.Second))
-	if _, err := fmt.Fprintln(c, probeHello); err != nil {
-		return fmt.Errorf("write to %s: %w", addr, err)
-	}
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil {
-		return fmt.Errorf("read from %s: %w", addr, err)
-	}
-	if got := strings.TrimSpace(line); got != probeOK {
-		return fmt.Errorf("%s answered %q, want %q", addr, got, probeOK)
-	}
-	return nil
 }
 
 func report(step string, err error) childReport {

@@ -2,8 +2,6 @@ package netwall
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/internal/testhosts"
 )
 
 // The wall's filesystem, on the real kernel: what a run may write, what it
@@ -51,55 +50,21 @@ func writeTestFile(t *testing.T, p, body string) {
 	}
 }
 
-// snapshot maps every path below root to what it is: its mode and, for a
-// file, its contents' sha256; for a link, its target.
+// snapshot maps every path below root to what it is (testhosts.TreeSums).
 func snapshot(t *testing.T, root string) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(root, p)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		v := info.Mode().String()
-		switch {
-		case info.Mode().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			s := sha256.Sum256(b)
-			v += " " + hex.EncodeToString(s[:])
-		case info.Mode()&fs.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			v += " -> " + l
-		}
-		out[rel] = v
-		return nil
-	})
+	out, err := testhosts.TreeSums(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
+// sameTree reports every difference between two snapshots of one tree.
 func sameTree(t *testing.T, what string, before, after map[string]string) {
 	t.Helper()
-	for p, v := range after {
-		if b, ok := before[p]; !ok {
-			t.Errorf("%s: %s appeared on the host (%s)", what, p, v)
-		} else if b != v {
-			t.Errorf("%s: %s changed on the host: %s, was %s", what, p, v, b)
-		}
-	}
-	for p := range before {
-		if _, ok := after[p]; !ok {
-			t.Errorf("%s: %s was removed on the host", what, p)
-		}
+	for _, c := range testhosts.TreeChanges(before, after) {
+		t.Errorf("%s on the host: %s", what, c)
 	}
 }
 

@@ -112,21 +112,7 @@ func TestRemoteRunEnvStatusesAndTerminal(t *testing.T) {
 		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
 		cmd := exec.Command(posternBin, append(runFlags, "--json", "--", "sh", "-c", "sleep 300."+marker)...)
 		cmd.Env = r.C.env()
-		var stdout, stderr lockedLog
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waited := make(chan struct{})
-		go func() { cmd.Wait(); close(waited) }()
-		defer func() {
-			select {
-			case <-waited:
-			default:
-				cmd.Process.Kill()
-				<-waited
-			}
-		}()
+		_, stderr, waited := startBackground(t, cmd)
 		waitUntil(t, 20*time.Second, "the remote run to start", func() bool { return len(pgrepPids(t, "^sleep 300."+marker+"$")) > 0 })
 		for _, pid := range sshdTree(r.Remote.cmd.Process.Pid) {
 			syscall.Kill(pid, syscall.SIGKILL)

@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -128,15 +127,7 @@ func binDirOf(p string) string { return filepath.Dir(p) }
 // ctrHomeCopy is a POSTERN_HOME of the test's own holding the measured record.
 func ctrHomeCopy(t *testing.T) string {
 	t.Helper()
-	home := t.TempDir()
-	data, err := os.ReadFile(filepath.Join(ctrHome, "records.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, "records.db"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return home
+	return homeCopy(t, ctrHome)
 }
 
 // ctrRun is one finished 'postern run'.
@@ -151,18 +142,8 @@ func ctrPostern(t *testing.T, home string, args ...string) ctrRun {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, ctrBin, args...)
 	cmd.Env = append(ctrEnv(), "POSTERN_HOME="+home)
-	var o, e bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &o, &e
-	err := cmd.Run()
-	r := ctrRun{Stdout: o.String(), Stderr: e.String()}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.Code = ee.ExitCode()
-	default:
-		t.Fatalf("postern %v: %v", args, err)
-	}
+	var r ctrRun
+	r.Stdout, r.Stderr, r.Code = runToEnd(t, cmd)
 	return r
 }
 

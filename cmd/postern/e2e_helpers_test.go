@@ -68,20 +68,9 @@ func runPostern(t *testing.T, args ...string) (stdout, stderr string, code int) 
 	testhosts.EndToEnd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var o, e bytes.Buffer
 	cmd := exec.CommandContext(ctx, posternBin, args...)
-	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.Env = append(os.Environ(), "POSTERN_HOME="+t.TempDir())
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		t.Fatalf("run postern %v: %v", args, err)
-	}
-	return o.String(), e.String(), code
+	return runToEnd(t, cmd)
 }
 
 // writeFile writes content to a new file in t's temp dir and returns its path.

@@ -3,8 +3,6 @@
 package main
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
@@ -25,50 +23,19 @@ import (
 // host as the person would meet it afterwards (their git, their next login,
 // their next python, their records, their next run).
 
-// treeSums maps each path below root to its mode and, for a file, its
-// contents' sha256; for a link, its target.
+// treeSums maps each path below root to what it is (testhosts.TreeSums),
+// leaving out what cannot be read.
 func treeSums(t *testing.T, root string) map[string]string {
 	t.Helper()
-	out := map[string]string{}
-	filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
-		}
-		rel, _ := filepath.Rel(root, p)
-		info, err := d.Info()
-		if err != nil {
-			return nil
-		}
-		v := info.Mode().String()
-		switch {
-		case info.Mode().IsRegular():
-			b, _ := os.ReadFile(p)
-			s := sha256.Sum256(b)
-			v += " " + hex.EncodeToString(s[:])
-		case info.Mode()&fs.ModeSymlink != 0:
-			l, _ := os.Readlink(p)
-			v += " -> " + l
-		}
-		out[rel] = v
-		return nil
-	})
+	out, _ := testhosts.TreeSums(root)
 	return out
 }
 
 // unchanged reports every difference between two treeSums.
 func unchanged(t *testing.T, what string, before, after map[string]string) {
 	t.Helper()
-	for p, v := range after {
-		if b, ok := before[p]; !ok {
-			t.Errorf("%s: %s appeared on the host (%s)", what, p, v)
-		} else if b != v {
-			t.Errorf("%s: %s changed on the host (%s, was %s)", what, p, v, b)
-		}
-	}
-	for p := range before {
-		if _, ok := after[p]; !ok {
-			t.Errorf("%s: %s was removed from the host", what, p)
-		}
+	for _, c := range testhosts.TreeChanges(before, after) {
+		t.Errorf("%s on the host: %s", what, c)
 	}
 }
 

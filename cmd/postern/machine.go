@@ -187,21 +187,27 @@ func outputWidth() int {
 	return 120
 }
 
+// rungsByResult are the names of the rungs that answered yes and of those
+// that did not, each sorted.
+func rungsByResult(rungs map[rung.Name]probe.Rung) (yes, no []string) {
+	for n, g := range rungs {
+		if g.Result == probe.Yes {
+			yes = append(yes, string(n))
+		} else {
+			no = append(no, string(n))
+		}
+	}
+	sort.Strings(yes)
+	sort.Strings(no)
+	return yes, no
+}
+
 // printSummary is the one table measuring several machines ends with.
 func printSummary(views []machineView) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NAME\tLANE\tCARRY\tTOOK\tRUNGS YES\tRUNGS NO")
 	for _, v := range views {
-		var yes, no []string
-		for n, g := range v.Rungs {
-			if g.Result == probe.Yes {
-				yes = append(yes, string(n))
-			} else {
-				no = append(no, string(n))
-			}
-		}
-		sort.Strings(yes)
-		sort.Strings(no)
+		yes, no := rungsByResult(v.Rungs)
 		nos := strings.Join(no, ",")
 		if nos == "" {
 			nos = "-"
@@ -250,16 +256,7 @@ func init() {
 				if v.Measured {
 					measured = v.MeasuredAt.Local().Format(time.DateTime)
 				}
-				var yes, no []string
-				for n, g := range v.Rungs {
-					if g.Result == probe.Yes {
-						yes = append(yes, string(n))
-					} else {
-						no = append(no, string(n))
-					}
-				}
-				sort.Strings(yes)
-				sort.Strings(no)
+				yes, no := rungsByResult(v.Rungs)
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Lane, v.Carry, measured, strings.Join(yes, ","), strings.Join(no, ","))
 			}
 			return tw.Flush()
@@ -274,11 +271,7 @@ func init() {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeMachines,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := openStore()
-			if err != nil {
-				return err
-			}
-			mm, err := store.Machine(args[0])
+			store, mm, err := openMachine(args[0])
 			if err != nil {
 				return err
 			}
@@ -420,11 +413,7 @@ does, and the machine is forgotten only once that worked.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeMachines,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := openStore()
-			if err != nil {
-				return err
-			}
-			mm, err := store.Machine(args[0])
+			store, mm, err := openMachine(args[0])
 			if err != nil {
 				return err
 			}

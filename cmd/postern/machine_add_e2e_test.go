@@ -3,14 +3,11 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,20 +23,9 @@ func (c *controller) inHost(t testing.TB, h *testhosts.Host, args ...string) (st
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var o, e bytes.Buffer
 	cmd := h.Command(ctx, posternBin, args...)
-	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.Env = c.env()
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		t.Fatalf("run postern %v: %v", args, err)
-	}
-	return o.String(), e.String(), code
+	return runToEnd(t, cmd)
 }
 
 // hostResolver points the name lookups of commands run in h at dns, for the

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/postern-dev/postern/machine/sshclient"
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/machine"
+	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/records"
 )
 
@@ -31,11 +31,7 @@ the agent again. Installing already keeps only the two newest versions.`,
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeMachines,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := openStore()
-			if err != nil {
-				return err
-			}
-			m, err := store.Machine(args[0])
+			store, m, err := openMachine(args[0])
 			if err != nil {
 				return err
 			}

@@ -14,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -43,22 +42,8 @@ type sshHost struct {
 	log    *lockedLog
 }
 
-type lockedLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+// lockedLog keeps what a process prints while the test reads it.
+type lockedLog = testhosts.LockedBuffer
 
 // controller is the person's side: a HOME with ~/.ssh (key, config, known_hosts)
 // and a records directory.
@@ -139,21 +124,10 @@ func (c *controller) postern(t testing.TB, args ...string) (stdout, stderr strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	var o, e bytes.Buffer
 	cmd := exec.CommandContext(ctx, posternBin, args...)
-	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.Env = c.env()
 	cmd.Dir = c.Dir
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		t.Fatalf("run postern %v: %v", args, err)
-	}
-	return o.String(), e.String(), code
+	return runToEnd(t, cmd)
 }
 
 // mustPostern runs postern and fails the test unless it exits 0.

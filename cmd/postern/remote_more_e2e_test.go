@@ -316,21 +316,7 @@ func TestRemoteConnectionDropped(t *testing.T) {
 		cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sh", "-c", "sleep 300."+marker+"; echo NOT-KILLED")
 		cmd.Env = r.C.env()
 		cmd.Dir = r.C.Dir // not this source tree, which a remote run would take along
-		var stdout, stderr lockedLog
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		waited := make(chan struct{})
-		go func() { cmd.Wait(); close(waited) }()
-		defer func() {
-			select {
-			case <-waited:
-			default:
-				cmd.Process.Kill()
-				<-waited
-			}
-		}()
+		stdout, stderr, waited := startBackground(t, cmd)
 		var pids []int
 		waitUntil(t, 20*time.Second, "the remote run to start", func() bool { pids = pgrepPids(t, pattern); return len(pids) > 0 })
 		namespaces := runNamespaces(t, pids[0], r.Remote.cmd.Process.Pid)

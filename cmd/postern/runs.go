@@ -78,11 +78,7 @@ func init() {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := openStore()
-			if err != nil {
-				return err
-			}
-			r, err := dispatch.Show(store, args[0])
+			_, r, err := openRun(args[0])
 			if err != nil {
 				return err
 			}
@@ -161,11 +157,7 @@ func init() {
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeRuns,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := openStore()
-			if err != nil {
-				return err
-			}
-			r, err := dispatch.Show(store, args[0])
+			store, r, err := openRun(args[0])
 			if err != nil {
 				return err
 			}

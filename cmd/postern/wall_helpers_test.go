@@ -88,15 +88,7 @@ func measuredHome(t *testing.T) string {
 	if probeErr != nil {
 		t.Fatal(probeErr)
 	}
-	home := t.TempDir()
-	data, err := os.ReadFile(filepath.Join(probeTmpl, "records.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(home, "records.db"), data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return home
+	return homeCopy(t, probeTmpl)
 }
 
 // wallprobe builds testdata/wallprobe once and returns its path.

@@ -9,7 +9,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -35,21 +34,10 @@ func (c *controller) posternIn(t testing.TB, dir string, args ...string) (stdout
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	var o, e bytes.Buffer
 	cmd := exec.CommandContext(ctx, posternBin, args...)
 	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.Env = c.env()
-	err := cmd.Run()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	default:
-		t.Fatalf("run postern %v: %v", args, err)
-	}
-	return o.String(), e.String(), code
+	return runToEnd(t, cmd)
 }
 
 // gitIn runs the machine's git in dir, as the person would, and returns its

@@ -147,38 +147,21 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			want = append(want, t)
 		}
 	}
-	missing := EnsureTools(ctx, os.Stderr, append(want, ToolWrk))
-	for _, t := range append(want, ToolWrk) {
-		if why, ok := missing[t.Program]; ok {
-			rep.Notes = append(rep.Notes, t.Program+": "+why)
-			cfg.Skip = append(cfg.Skip, t.Program)
-		}
-	}
+	missing := ensureOrSkip(ctx, append(want, ToolWrk), &rep.Notes, &cfg.Skip)
 	_, noWrk := missing[ToolWrk.Program]
-	limit, err := raiseFileLimit(1 << 17)
+	tunnels, err := capIdleTunnels(cfg.IdleTunnels, &rep.Notes)
 	if err != nil {
 		return nil, err
 	}
-	// Each tunnel costs the proxy two descriptors; keep some for listeners,
-	// logs and the upstream side.
-	if most := (int(limit) - 300) / 2; cfg.IdleTunnels > most {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("idle tunnels capped at %d (asked %d): the open-file hard limit is %d and cannot be raised here (no CAP_SYS_RESOURCE), and each tunnel holds at least two descriptors in the proxy", most, cfg.IdleTunnels, limit))
-		cfg.IdleTunnels = most
-		rep.Config.IdleTunnels = most
-	}
+	cfg.IdleTunnels, rep.Config.IdleTunnels = tunnels, tunnels
 
-	dir, err := workDir("postern-bench-") // squid and tinyproxy drop to nobody/proxy
+	// The directory is readable by everyone: squid and tinyproxy drop to
+	// nobody/proxy.
+	dir, bin, err := workDirWithPostern(ctx, log, "postern-bench-", cfg.Postern, !skipped(cfg.Skip, "door"))
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-
-	bin := cfg.Postern
-	if bin == "" && !skipped(cfg.Skip, "door") {
-		if bin, err = buildPostern(ctx, log, dir); err != nil {
-			return nil, err
-		}
-	}
 
 	lab, err := newBenchLab(ctx, "bench")
 	if err != nil {

@@ -135,34 +135,18 @@ func RunGateway(ctx context.Context, cfg GatewayConfig) (*GatewayReport, error) 
 	if !skipped(cfg.Skip, "squid") {
 		want = append(want, ToolSquid)
 	}
-	missing := EnsureTools(ctx, os.Stderr, want)
-	for _, t := range want {
-		if why, ok := missing[t.Program]; ok {
-			rep.Notes = append(rep.Notes, t.Program+": "+why)
-			cfg.Skip = append(cfg.Skip, t.Program)
-		}
-	}
+	missing := ensureOrSkip(ctx, want, &rep.Notes, &cfg.Skip)
 	_, noWrk := missing[ToolWrk.Program]
-	limit, err := raiseFileLimit(1 << 17)
+	tunnels, err := capIdleTunnels(cfg.IdleTunnels, &rep.Notes)
 	if err != nil {
 		return nil, err
 	}
-	if most := (int(limit) - 300) / 2; cfg.IdleTunnels > most {
-		rep.Notes = append(rep.Notes, fmt.Sprintf("idle tunnels capped at %d (asked %d) by the open-file limit %d", most, cfg.IdleTunnels, limit))
-		cfg.IdleTunnels = most
-		rep.Config.IdleTunnels = most
-	}
-	dir, err := workDir("postern-gwbench-")
+	cfg.IdleTunnels, rep.Config.IdleTunnels = tunnels, tunnels
+	dir, bin, err := workDirWithPostern(ctx, log, "postern-gwbench-", cfg.Postern, true)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	bin := cfg.Postern
-	if bin == "" {
-		if bin, err = buildPostern(ctx, log, dir); err != nil {
-			return nil, err
-		}
-	}
 	lab, err := newBenchLab(ctx, "gwbench")
 	if err != nil {
 		return nil, err
@@ -507,24 +491,7 @@ acl lab dst %s
 acl labports port 12000-12099
 %sinclude %s
 http_access deny all
-cache deny all
-cache_mem 8 MB
-access_log none
-cache_store_log none
-cache_log /dev/null
-logfile_rotate 0
-pid_filename none
-coredump_dir %s
-max_filedescriptors 65536
-shutdown_lifetime 0 seconds
-pinger_enable off
-dns_nameservers %s
-hosts_file %s
-via off
-forwarded_for delete
-client_idle_pconn_timeout 10 minutes
-read_timeout 10 minutes
-`, port, helper, pwFile, lab.Subnet(), acl.String(), flipFile, dir, lab.dns.Addr.Addr(), hosts)
+`, port, helper, pwFile, lab.Subnet(), acl.String(), flipFile) + squidSettings(dir, lab.dns.Addr.Addr().String(), hosts)
 	if err := os.WriteFile(conf, []byte(src), 0o644); err != nil {
 		return nil, err
 	}

@@ -114,17 +114,11 @@ func RunInspect(ctx context.Context, cfg InspectConfig) (*InspectReport, error) 
 	if why, ok := missing[ToolMitmproxy.Program]; ok {
 		rep.Notes = append(rep.Notes, "mitmproxy: "+why)
 	}
-	dir, err := workDir("postern-inspectbench-")
+	dir, bin, err := workDirWithPostern(ctx, log, "postern-inspectbench-", cfg.Postern, true)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	bin := cfg.Postern
-	if bin == "" {
-		if bin, err = buildPostern(ctx, log, dir); err != nil {
-			return nil, err
-		}
-	}
 	rep.Machine = describe(bin)
 	rep.Mitmproxy = firstLine(exec.Command("mitmdump", "--version"))
 

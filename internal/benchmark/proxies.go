@@ -255,7 +255,20 @@ func startSquid(ctx context.Context, dir, resolverIP string) (*proxyProc, error)
 	conf := filepath.Join(dir, "squid.conf")
 	src := fmt.Sprintf(`http_port 127.0.0.1:%d
 http_access allow all
-cache deny all
+`, port) + squidSettings(dir, resolverIP, "none")
+	if err := os.WriteFile(conf, []byte(src), 0o644); err != nil {
+		return nil, err
+	}
+	cmd := exec.Command("squid", "-N", "-f", conf)
+	return startProxy(ctx, "squid", cmd, fmt.Sprintf("127.0.0.1:%d", port), nil)
+}
+
+// squidSettings are the lines every squid of the benchmarks ends its
+// configuration with: no cache and no logs, nothing slowing it that the door
+// does not do either, its resolver and hosts file, and long idle timeouts
+// for the idle tunnels.
+func squidSettings(coredumpDir, resolver, hostsFile string) string {
+	return fmt.Sprintf(`cache deny all
 cache_mem 8 MB
 access_log none
 cache_store_log none
@@ -267,17 +280,12 @@ max_filedescriptors 65536
 shutdown_lifetime 0 seconds
 pinger_enable off
 dns_nameservers %s
-hosts_file none
+hosts_file %s
 via off
 forwarded_for delete
 client_idle_pconn_timeout 10 minutes
 read_timeout 10 minutes
-`, port, dir, resolverIP)
-	if err := os.WriteFile(conf, []byte(src), 0o644); err != nil {
-		return nil, err
-	}
-	cmd := exec.Command("squid", "-N", "-f", conf)
-	return startProxy(ctx, "squid", cmd, fmt.Sprintf("127.0.0.1:%d", port), nil)
+`, coredumpDir, resolver, hostsFile)
 }
 
 // startTinyproxy runs tinyproxy in the foreground, allow-all, logging only

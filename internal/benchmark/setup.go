@@ -97,3 +97,49 @@ func WriteMarkdown(rep markdowner, w io.Writer, path string) error {
 	}
 	return errors.Join(rep.Markdown(f), f.Close())
 }
+
+// workDirWithPostern makes the run's scratch directory (see workDir) and,
+// when bin is "" and build is true, builds postern into it. It returns the
+// directory, which the caller removes, and the binary to run.
+func workDirWithPostern(ctx context.Context, log *slog.Logger, prefix, bin string, build bool) (dir, postern string, err error) {
+	dir, err = workDir(prefix)
+	if err != nil {
+		return "", "", err
+	}
+	if bin == "" && build {
+		if bin, err = buildPostern(ctx, log, dir); err != nil {
+			os.RemoveAll(dir)
+			return "", "", err
+		}
+	}
+	return dir, bin, nil
+}
+
+// ensureOrSkip installs the tools in want where it can (EnsureTools); each
+// one still missing is noted, with why, and named in *skip so that its rows
+// are not run. It returns what EnsureTools returned.
+func ensureOrSkip(ctx context.Context, want []Tool, notes, skip *[]string) map[string]string {
+	missing := EnsureTools(ctx, os.Stderr, want)
+	for _, t := range want {
+		if why, ok := missing[t.Program]; ok {
+			*notes = append(*notes, t.Program+": "+why)
+			*skip = append(*skip, t.Program)
+		}
+	}
+	return missing
+}
+
+// capIdleTunnels raises the open-file limit and caps the idle tunnels asked
+// for to what the limit holds, noting the cap. Each tunnel costs the proxy
+// two descriptors; some are kept for listeners, logs and the upstream side.
+func capIdleTunnels(asked int, notes *[]string) (int, error) {
+	limit, err := raiseFileLimit(1 << 17)
+	if err != nil {
+		return 0, err
+	}
+	if most := (int(limit) - 300) / 2; asked > most {
+		*notes = append(*notes, fmt.Sprintf("idle tunnels capped at %d (asked %d): the open-file hard limit is %d and cannot be raised here (no CAP_SYS_RESOURCE), and each tunnel holds at least two descriptors in the proxy", most, asked, limit))
+		return most, nil
+	}
+	return asked, nil
+}

@@ -148,18 +148,12 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 	if os.Geteuid() != 0 {
 		return nil, ErrNeedsRoot
 	}
-	dir, err := workDir("postern-wallbench-")
+	dir, bin, err := workDirWithPostern(ctx, log, "postern-wallbench-", cfg.Postern, true)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
 
-	bin := cfg.Postern
-	if bin == "" {
-		if bin, err = buildPostern(ctx, log, dir); err != nil {
-			return nil, err
-		}
-	}
 	if bin, err = filepath.Abs(bin); err != nil {
 		return nil, err
 	}

@@ -24,8 +24,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
-	"github.com/zclconf/go-cty/cty"
-	"github.com/zclconf/go-cty/cty/convert"
+	"github.com/postern-dev/postern/internal/hcldecode"
 )
 
 // Config is what the file sets; zero values are unset.
@@ -56,12 +55,14 @@ type sshBlock struct {
 	KnownHosts string
 }
 
-// The file's schema, decoded by hand rather than with gohcl: gohcl brings in
-// hclwrite and go-cmp, whose package initialisation every start of postern
-// would pay for, the wall's init included.
+// The file's schema, decoded by hand (hcldecode) rather than with gohcl:
+// gohcl brings in hclwrite and go-cmp, whose package initialisation every
+// start of postern would pay for, the wall's init included.
 var (
 	fileSchema = &hcl.BodySchema{
-		Attributes: []hcl.AttributeSchema{{Name: "policy"}, {Name: "machine"}, {Name: "connect_timeout"}},
+		// In name order, as gohcl lists them: a misspelt name is offered
+		// the first of the nearest.
+		Attributes: []hcl.AttributeSchema{{Name: "connect_timeout"}, {Name: "machine"}, {Name: "policy"}},
 		Blocks:     []hcl.BlockHeaderSchema{{Type: "ssh"}},
 	}
 	sshSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "config"}, {Name: "known_hosts"}}}
@@ -75,9 +76,9 @@ func decodeFile(body hcl.Body) (file, hcl.Diagnostics) {
 	if content == nil {
 		return raw, diags
 	}
-	diags = append(diags, decodeString(content.Attributes["policy"], &raw.Policy)...)
-	diags = append(diags, decodeString(content.Attributes["machine"], &raw.Machine)...)
-	diags = append(diags, decodeString(content.Attributes["connect_timeout"], &raw.ConnectTimeout)...)
+	diags = append(diags, hcldecode.Attr(content.Attributes["policy"], &raw.Policy)...)
+	diags = append(diags, hcldecode.Attr(content.Attributes["machine"], &raw.Machine)...)
+	diags = append(diags, hcldecode.Attr(content.Attributes["connect_timeout"], &raw.ConnectTimeout)...)
 	var first *hcl.Block
 	for _, b := range content.Blocks {
 		if b.Type != "ssh" {
@@ -97,63 +98,18 @@ func decodeFile(body hcl.Body) (file, hcl.Diagnostics) {
 		sc, sdiags := b.Body.Content(sshSchema)
 		diags = append(diags, sdiags...)
 		if sc != nil {
-			diags = append(diags, decodeString(sc.Attributes["config"], &raw.SSH.Config)...)
-			diags = append(diags, decodeString(sc.Attributes["known_hosts"], &raw.SSH.KnownHosts)...)
+			diags = append(diags, hcldecode.Attr(sc.Attributes["config"], &raw.SSH.Config)...)
+			diags = append(diags, hcldecode.Attr(sc.Attributes["known_hosts"], &raw.SSH.KnownHosts)...)
 		}
 	}
 	return raw, diags
-}
-
-// decodeString sets *to from attr's value converted to a string; a missing
-// attr leaves it as it is.
-func decodeString(attr *hcl.Attribute, to *string) hcl.Diagnostics {
-	if attr == nil {
-		return nil
-	}
-	val, diags := attr.Expr.Value(nil)
-	if diags.HasErrors() {
-		return diags
-	}
-	val, err := convert.Convert(val, cty.String)
-	if err == nil && val.IsNull() {
-		err = errors.New("a string is required")
-	}
-	if err == nil && !val.IsKnown() {
-		err = errors.New("the value is not known")
-	}
-	if err != nil {
-		return append(diags, &hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "Unsuitable value type",
-			Detail:   fmt.Sprintf("Unsuitable value: %s", err.Error()),
-			Subject:  attr.Expr.StartRange().Ptr(),
-			Context:  attr.Expr.Range().Ptr(),
-		})
-	}
-	*to = val.AsString()
-	return diags
 }
 
 // Error is a config file that cannot be used; its message has file:line:col
 // for each problem.
 type Error struct{ Diags hcl.Diagnostics }
 
-func (e *Error) Error() string {
-	var b strings.Builder
-	for i, d := range e.Diags {
-		if i > 0 {
-			b.WriteString("; ")
-		}
-		if d.Subject != nil {
-			fmt.Fprintf(&b, "%s:%d:%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
-		}
-		b.WriteString(d.Summary)
-		if d.Detail != "" {
-			b.WriteString(": " + d.Detail)
-		}
-	}
-	return b.String()
-}
+func (e *Error) Error() string { return hcldecode.Message(e.Diags) }
 
 // Path is where the config file is: $XDG_CONFIG_HOME/postern/config.hcl,
 // else ~/.config/postern/config.hcl.

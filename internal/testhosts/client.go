@@ -15,7 +15,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 )
@@ -152,32 +151,13 @@ func (c Client) run(ctx context.Context, dir string, extra []string, argv ...str
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
 	cmd.WaitDelay = 5 * time.Second
 	var out bytes.Buffer
-	both := &lockedBuffer{}
+	both := &LockedBuffer{}
 	cmd.Stdout, cmd.Stderr = io.MultiWriter(&out, both), both
 	err = cmd.Run()
 	if err != nil {
 		return out.String(), both.String(), fmt.Errorf("%s: %w; it printed:\n%s", strings.Join(full, " "), err, strings.TrimSpace(both.String()))
 	}
 	return out.String(), both.String(), nil
-}
-
-// lockedBuffer is a buffer two copying goroutines (a command's stdout and
-// stderr) may write at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // fixtureURL joins a fixture's path to base, the server's URL

@@ -10,66 +10,43 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/postern-dev/postern/internal/benchmark"
-	"github.com/postern-dev/postern/internal/testhosts"
+	"github.com/postern-dev/postern/internal/benchmark/cmd/internal/benchcmd"
 )
 
 func main() {
 	if benchmark.WallClientRequested() {
 		// Started by the benchmark as its measuring client, directly or
 		// behind the wall.
-		if err := benchmark.ServeWallClient(context.Background(), os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "postern-wallbench:", err)
-			os.Exit(1)
-		}
+		benchcmd.Exit("postern-wallbench", benchmark.ServeWallClient(context.Background(), os.Stdout))
 		return
 	}
-	var (
-		cfg   benchmark.WallConfig
-		quick bool
-		out   string
-	)
-	flag.StringVar(&cfg.Postern, "postern", "", "built postern binary (default: build ./cmd/postern from the working directory)")
-	flag.IntVar(&cfg.Startups, "startups", 0, "measured start-ups of each command (default 20)")
-	flag.StringVar(&cfg.SRT, "srt", "", "srt executable (default: npm install "+benchmark.SRTPackage+" into the user cache)")
-	flag.BoolVar(&cfg.NoSRT, "no-srt", false, "leave sandbox-runtime out")
-	flag.BoolVar(&quick, "quick", false, "small run: 5 start-ups, 64 MiB × 2 bulk, 100 setups")
-	flag.StringVar(&out, "out", "", "also write the markdown to this file")
-	flag.Parse()
-	if quick {
-		if cfg.Startups == 0 {
-			cfg.Startups = 5
-		}
-		cfg.BulkBytes, cfg.BulkRuns, cfg.SetupSamples = 64<<20, 2, 100
-	}
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
-	defer cancel()
-
-	_ = testhosts.Sweep() // leftovers of an interrupted earlier run
-	rep, err := benchmark.RunWall(ctx, cfg)
-	if err != nil {
-		if errors.Is(err, benchmark.ErrNeedsRoot) {
-			fmt.Fprintln(os.Stderr, "postern-wallbench: needs root (it makes network namespaces and raises walls): run it with sudo")
-		} else {
-			fmt.Fprintln(os.Stderr, "postern-wallbench:", err)
-		}
-		os.Exit(1)
-	}
-	if err := benchmark.WriteMarkdown(rep, os.Stdout, out); err != nil {
-		fmt.Fprintln(os.Stderr, "postern-wallbench:", err)
-		os.Exit(1)
-	}
+	var cfg benchmark.WallConfig
+	benchcmd.Main(benchcmd.Command{
+		Name:       "postern-wallbench",
+		RootFor:    "it makes network namespaces and raises walls",
+		Timeout:    10 * time.Minute,
+		Postern:    &cfg.Postern,
+		QuickUsage: "small run: 5 start-ups, 64 MiB × 2 bulk, 100 setups",
+		Quick: func() {
+			if cfg.Startups == 0 {
+				cfg.Startups = 5
+			}
+			cfg.BulkBytes, cfg.BulkRuns, cfg.SetupSamples = 64<<20, 2, 100
+		},
+		Flags: func(fs *flag.FlagSet) {
+			fs.IntVar(&cfg.Startups, "startups", 0, "measured start-ups of each command (default 20)")
+			fs.StringVar(&cfg.SRT, "srt", "", "srt executable (default: npm install "+benchmark.SRTPackage+" into the user cache)")
+			fs.BoolVar(&cfg.NoSRT, "no-srt", false, "leave sandbox-runtime out")
+		},
+		Run: func(ctx context.Context, log *slog.Logger) (benchcmd.Report, error) {
+			cfg.Logger = log
+			return benchmark.RunWall(ctx, cfg)
+		},
+	})
 }
