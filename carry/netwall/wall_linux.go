@@ -65,6 +65,11 @@ type Wall struct {
 	// closed once the control socket has nothing more to say.
 	ending  *Ending
 	endRead chan struct{}
+	// ended is closed when the init has said the command's status, every
+	// other process of the run reaped (status); the init itself may still
+	// be exiting.
+	ended  chan struct{}
+	status int
 
 	exited  chan struct{} // closed when the init has been waited for
 	state   *os.ProcessState
@@ -111,11 +116,19 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		return nil, fmt.Errorf("network wall: working directory %q is not a directory this user can reach (%v)", cfg.Dir, err)
 	}
 
-	lay, err := planLayout(cfg.Dir, cfg.Env, spec.Files)
-	if err != nil {
-		return nil, err
+	// The layout is planned (host paths looked up, a repository's index
+	// read) while the cgroup is made and the init cloned and started: the
+	// init's runtime start is under way when the plan is ready, and a
+	// refused plan ends the init before it has its configuration.
+	type plan struct {
+		lay layout
+		err error
 	}
-	cfg.Layout = lay
+	planned := make(chan plan, 1)
+	go func() {
+		lay, err := planLayout(cfg.Dir, cfg.Env, spec.Files)
+		planned <- plan{lay, err}
+	}()
 	limit := spec.PidsLimit
 	if limit <= 0 {
 		limit = DefaultPidsLimit
@@ -130,6 +143,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	// handshake, moving taking milliseconds there (v1 waits for RCU).
 	cg, why := newPidsCgroup(limit)
 	cgroupFD := -1
+	var err error
 	if cg != nil && cg.version == 2 {
 		if cgroupFD, err = unix.Open(cg.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			cg.remove()
@@ -152,17 +166,28 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		if cg != nil {
 			cg.remove()
 		}
+		if p := <-planned; p.err != nil {
+			return nil, p.err
+		}
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
 			return nil, &KernelError{Step: StepUserns, Err: err, Remedy: remedy(StepUserns, errno, thisMachine())}
 		}
 		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
 	}
-	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), pidsDone: make(chan struct{})}
+	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
 	go w.holdPids(cg, why, limit, cfg.NProc > 0)
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
+	p := <-planned
+	if p.err != nil {
+		// Nothing of the run was started: the init waits for its
+		// configuration before it does anything.
+		w.Close()
+		return nil, p.err
+	}
+	cfg.Layout = p.lay
 	lis, err := w.handshake(ctx, cfg)
 	if err != nil {
 		w.Close()
@@ -240,6 +265,10 @@ func (w *Wall) readEnding() {
 			w.mu.Lock()
 			w.ending = &e
 			w.mu.Unlock()
+			if m.Status != nil && !isClosed(w.ended) {
+				w.status = *m.Status
+				close(w.ended)
+			}
 		}
 	}
 }
@@ -391,13 +420,28 @@ func (w *Wall) Signal(sig syscall.Signal) error {
 }
 
 // Wait waits for the command to end and returns its exit status (128+n when
-// signal n killed it). When Wait returns, every process of the run is gone.
+// signal n killed it). When Wait returns, every process of the run is gone:
+// the init has reaped them all and may still be exiting, its namespaces torn
+// down; Close waits for that.
 func (w *Wall) Wait() (int, error) {
 	if !w.life.Started() {
 		return -1, ErrNotStarted
 	}
-	<-w.exited
+	select {
+	case <-w.ended:
+		return w.status, nil
+	case <-w.exited:
+	}
 	return w.exitCode()
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func (w *Wall) exitCode() (int, error) {
@@ -425,11 +469,14 @@ func (w *Wall) Ending() Ending {
 	if !w.life.Started() {
 		return Ending{}
 	}
-	<-w.exited
 	select {
-	case <-w.endRead:
-	case <-time.After(closeGrace):
-		// Nothing holds the socket once the init is gone; this is a bound.
+	case <-w.ended: // told with the status
+	case <-w.exited:
+		select {
+		case <-w.endRead:
+		case <-time.After(closeGrace):
+			// Nothing holds the socket once the init is gone; this is a bound.
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -447,6 +494,14 @@ func (w *Wall) Close() error {
 		started := w.life.Close()
 		select {
 		case <-w.exited:
+		case <-w.ended:
+			// The run is over; the init exits by itself.
+			select {
+			case <-w.exited:
+			case <-time.After(closeGrace):
+				_ = w.cmd.Process.Kill()
+				<-w.exited
+			}
 		default:
 			if started {
 				_ = w.ctl.send(message{Type: msgSignal, Signal: int(syscall.SIGTERM)})
