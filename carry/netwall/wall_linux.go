@@ -116,19 +116,11 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		return nil, fmt.Errorf("network wall: working directory %q is not a directory this user can reach (%v)", cfg.Dir, err)
 	}
 
-	// The layout is planned (host paths looked up, a repository's index
-	// read) while the cgroup is made and the init cloned and started: the
-	// init's runtime start is under way when the plan is ready, and a
-	// refused plan ends the init before it has its configuration.
-	type plan struct {
-		lay layout
-		err error
+	lay, err := planLayout(cfg.Dir, cfg.Env, spec.Files)
+	if err != nil {
+		return nil, err
 	}
-	planned := make(chan plan, 1)
-	go func() {
-		lay, err := planLayout(cfg.Dir, cfg.Env, spec.Files)
-		planned <- plan{lay, err}
-	}()
+	cfg.Layout = lay
 	limit := spec.PidsLimit
 	if limit <= 0 {
 		limit = DefaultPidsLimit
@@ -143,7 +135,6 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	// handshake, moving taking milliseconds there (v1 waits for RCU).
 	cg, why := newPidsCgroup(limit)
 	cgroupFD := -1
-	var err error
 	if cg != nil && cg.version == 2 {
 		if cgroupFD, err = unix.Open(cg.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			cg.remove()
@@ -166,9 +157,6 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		if cg != nil {
 			cg.remove()
 		}
-		if p := <-planned; p.err != nil {
-			return nil, p.err
-		}
 		var errno syscall.Errno
 		if errors.As(err, &errno) {
 			return nil, &KernelError{Step: StepUserns, Err: err, Remedy: remedy(StepUserns, errno, thisMachine())}
@@ -180,14 +168,6 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
-	p := <-planned
-	if p.err != nil {
-		// Nothing of the run was started: the init waits for its
-		// configuration before it does anything.
-		w.Close()
-		return nil, p.err
-	}
-	cfg.Layout = p.lay
 	lis, err := w.handshake(ctx, cfg)
 	if err != nil {
 		w.Close()
