@@ -273,11 +273,15 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 		var werr error
 		wait := func() error { once.Do(func() { werr = <-recorded }); return werr }
 		var code int
+		// The wall is torn down while the final record is written, and
+		// before postern goes on.
+		var teardown sync.WaitGroup
+		defer teardown.Wait()
 		files, err := localFiles(store, run.ID, spec.KeepHome)
 		if err == nil {
 			code, err = runLocal(ctx, store, run, spec, pol, pins, carrier, Walled{
 				Env: spec.Env, UpstreamRoots: spec.UpstreamRoots, Upstream: spec.Upstream,
-				Files: files, NoNetwork: noNetwork,
+				Files: files, NoNetwork: noNetwork, Settle: func(f func()) { teardown.Go(f) },
 			}, wait)
 		}
 		if werr := wait(); werr != nil && err == nil {

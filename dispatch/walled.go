@@ -96,6 +96,13 @@ type Walled struct {
 	// wall, no door.
 	Open bool
 
+	// Settle, when set, is handed the wall's teardown (the init's exit, its
+	// namespaces, the run's cgroup, the wall's descriptors) once the command
+	// and every process of the run are gone, to run beside what the caller
+	// does next, such as writing the final record; the caller must wait for
+	// it before it exits. Unset, RunWalled tears the wall down itself.
+	Settle func(teardown func())
+
 	Logger *slog.Logger
 	Warn   io.Writer // teardown problems meant for the person
 	// OnWrites, when set, receives what tellWrites told the person.
@@ -135,7 +142,12 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		}
 		return 0, err
 	}
-	defer wall.Close()
+	settled := false
+	defer func() {
+		if !settled {
+			wall.Close()
+		}
+	}()
 	if p, ok := wall.(interface{ PidsLimit() string }); ok {
 		if lim := p.PidsLimit(); strings.HasPrefix(lim, "none") {
 			fmt.Fprintf(w.Warn, "postern: run %s: its processes are not limited: %s\n", w.Run, lim)
@@ -177,6 +189,12 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		if w.OnWrites != nil {
 			w.OnWrites(lines)
 		}
+	}
+	if w.Settle != nil {
+		// The command's Wait returned: its processes are gone, and the
+		// door is stopped.
+		settled = true
+		w.Settle(func() { _ = wall.Close() })
 	}
 	if e.err != nil {
 		return e.code, e.err

@@ -43,6 +43,9 @@ type message struct {
 	Pid    int         `json:"pid,omitempty"`
 	Err    *wireError  `json:"error,omitempty"`
 	Ending *Ending     `json:"ending,omitempty"`
+	// Status is the command's exit status, sent with Ending once every
+	// other process of the run has been reaped (the init is pid 1).
+	Status *int `json:"status,omitempty"`
 }
 
 type initConfig struct {

@@ -109,9 +109,47 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 	status := supervise(ctx, ctl, pid, signals, tty)
 	// Nothing of the run may change its layer while it is brought home.
 	pid1.KillAll(pid)
+	reaped := reapAll()
 	ending := view.finish()
-	_ = ctl.send(message{Type: msgEnded, Ending: &ending})
+	end := message{Type: msgEnded, Ending: &ending}
+	if reaped {
+		// The host may take the run as over from here, while the init
+		// exits and its namespaces are torn down.
+		end.Status = &status
+	}
+	_ = ctl.send(end)
 	return status
+}
+
+// reapAll waits for every other process of the pid namespace, killed, as its
+// pid 1, until none is left; it says whether it is so (false when the init
+// is not pid 1, or some process outlasts it: then only the init's own exit,
+// which the kernel holds until the namespace is empty, says so).
+func reapAll() bool {
+	if os.Getpid() != 1 {
+		return false
+	}
+	// Bounded: a process that joined the namespace from outside is not
+	// the init's to reap.
+	for range 16 {
+		for {
+			// Beside pid1.Reap's own wait: whichever reaps, ECHILD says
+			// no child is left.
+			_, err := unix.Wait4(-1, nil, 0, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				break
+			}
+		}
+		// A process forked while the kill went round is a child of the
+		// init too, once its parent is gone; none may be left.
+		if err := unix.Kill(-1, unix.SIGKILL); err == unix.ESRCH {
+			return true
+		}
+	}
+	return false
 }
 
 // limitProcs sets RLIMIT_NPROC to n, when n is not 0: the command and all

@@ -65,6 +65,11 @@ type Wall struct {
 	// closed once the control socket has nothing more to say.
 	ending  *Ending
 	endRead chan struct{}
+	// ended is closed when the init has said the command's status, every
+	// other process of the run reaped (status); the init itself may still
+	// be exiting.
+	ended  chan struct{}
+	status int
 
 	exited  chan struct{} // closed when the init has been waited for
 	state   *os.ProcessState
@@ -158,7 +163,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		}
 		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
 	}
-	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), pidsDone: make(chan struct{})}
+	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
 	go w.holdPids(cg, why, limit, cfg.NProc > 0)
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
@@ -240,6 +245,10 @@ func (w *Wall) readEnding() {
 			w.mu.Lock()
 			w.ending = &e
 			w.mu.Unlock()
+			if m.Status != nil && !isClosed(w.ended) {
+				w.status = *m.Status
+				close(w.ended)
+			}
 		}
 	}
 }
@@ -391,13 +400,28 @@ func (w *Wall) Signal(sig syscall.Signal) error {
 }
 
 // Wait waits for the command to end and returns its exit status (128+n when
-// signal n killed it). When Wait returns, every process of the run is gone.
+// signal n killed it). When Wait returns, every process of the run is gone:
+// the init has reaped them all and may still be exiting, its namespaces torn
+// down; Close waits for that.
 func (w *Wall) Wait() (int, error) {
 	if !w.life.Started() {
 		return -1, ErrNotStarted
 	}
-	<-w.exited
+	select {
+	case <-w.ended:
+		return w.status, nil
+	case <-w.exited:
+	}
 	return w.exitCode()
+}
+
+func isClosed(c chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
 }
 
 func (w *Wall) exitCode() (int, error) {
@@ -425,11 +449,14 @@ func (w *Wall) Ending() Ending {
 	if !w.life.Started() {
 		return Ending{}
 	}
-	<-w.exited
 	select {
-	case <-w.endRead:
-	case <-time.After(closeGrace):
-		// Nothing holds the socket once the init is gone; this is a bound.
+	case <-w.ended: // told with the status
+	case <-w.exited:
+		select {
+		case <-w.endRead:
+		case <-time.After(closeGrace):
+			// Nothing holds the socket once the init is gone; this is a bound.
+		}
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -447,6 +474,14 @@ func (w *Wall) Close() error {
 		started := w.life.Close()
 		select {
 		case <-w.exited:
+		case <-w.ended:
+			// The run is over; the init exits by itself.
+			select {
+			case <-w.exited:
+			case <-time.After(closeGrace):
+				_ = w.cmd.Process.Kill()
+				<-w.exited
+			}
 		default:
 			if started {
 				_ = w.ctl.send(message{Type: msgSignal, Signal: int(syscall.SIGTERM)})
