@@ -28,7 +28,7 @@ const SRTPackage = "@anthropic-ai/sandbox-runtime@0.0.83"
 
 // Goals the wall is held to.
 const (
-	GoalWallStartOverhead = 50 * time.Millisecond // postern run -- true, over bare true (p50)
+	GoalWallStartOverhead = 10 * time.Millisecond // postern run -- true, over bare true (p50)
 	GoalSRTOverPostern    = 5.0                   // srt -c true ÷ postern run -- true (p50)
 )
 
