@@ -67,6 +67,45 @@ func (p Places) shippedFile(runID string) string {
 	return filepath.Join(p.Runs, "."+runID+".shipped")
 }
 
+// alternatesFile holds what the run's copy borrows objects from, as
+// postern wrote it in the copy's objects/info/alternates: the run may
+// rewrite that file (objects are what a commit writes), so Collect puts
+// this back before it reads anything.
+func (p Places) alternatesFile(runID string) string {
+	return filepath.Join(p.Runs, "."+runID+".alternates")
+}
+
+// restoreAlternates puts back the copy's objects/info/alternates as
+// Prepare wrote it, so that a run cannot point the reading of its result
+// at object directories elsewhere on the machine. A copy prepared without
+// the record of it is left as it is.
+func restoreAlternates(p Places, run, runID string) error {
+	want, err := os.ReadFile(p.alternatesFile(runID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	info := filepath.Join(run, ".git", "objects", "info")
+	if st, err := os.Lstat(info); err == nil && !st.IsDir() {
+		if err := os.Remove(info); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(info, 0o700); err != nil {
+		return err
+	}
+	alt := filepath.Join(info, "alternates")
+	if err := os.RemoveAll(alt); err != nil {
+		return err
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	return os.WriteFile(alt, want, 0o600)
+}
+
 // shippedTree is the tree of the work tree at run as it is now, hashed
 // from a copy of its fresh index (only what the snapshot changed is read).
 func shippedTree(ctx context.Context, run, tmp string) (string, error) {
@@ -235,6 +274,13 @@ func Prepare(ctx context.Context, p Places, req agent.WorkspaceRequest, upload i
 			return nil, diskFull(run, err)
 		}
 		if err := os.WriteFile(p.shippedFile(req.RunID), []byte(tree+"\n"), 0o600); err != nil {
+			return nil, diskFull(p.Runs, err)
+		}
+		alternates := ""
+		if objects != "" {
+			alternates = objects + "\n"
+		}
+		if err := os.WriteFile(p.alternatesFile(req.RunID), []byte(alternates), 0o600); err != nil {
 			return nil, diskFull(p.Runs, err)
 		}
 		// Its index too, made here before the run: Collect starts from it
@@ -437,6 +483,7 @@ func Remove(p Places, runID, key string) (*agent.WorkspaceResult, error) {
 			spare := p.sparePrefix(key) + hex.EncodeToString(rnd[:])
 			if os.Rename(run, spare) == nil {
 				_ = os.Remove(p.shippedFile(runID))
+				_ = os.Remove(p.alternatesFile(runID))
 				_ = os.Rename(p.indexFile(runID), spare+".index")
 				return &agent.WorkspaceResult{Dir: run}, nil
 			}
@@ -445,7 +492,7 @@ func Remove(p Places, runID, key string) (*agent.WorkspaceResult, error) {
 	if err := os.RemoveAll(run); err != nil {
 		return nil, fmt.Errorf("remove the run's work tree %s: %w", run, err)
 	}
-	for _, f := range []string{p.shippedFile(runID), p.indexFile(runID)} {
+	for _, f := range []string{p.shippedFile(runID), p.indexFile(runID), p.alternatesFile(runID)} {
 		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}

@@ -33,6 +33,9 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	if _, err := os.Stat(run); err != nil {
 		return nil, fmt.Errorf("the run's work tree is not on this machine (%v): it was removed, or never made", err)
 	}
+	if err := restoreAlternates(p, run, req.RunID); err != nil {
+		return nil, fmt.Errorf("put back what the run's copy borrows objects from: %w", err)
+	}
 	if req.Base != "" && !validSHA(req.Base) {
 		return nil, fmt.Errorf("base %q is not a commit name", req.Base)
 	}
