@@ -242,6 +242,12 @@ func watchConnects(f, stop *os.File, allowed map[uint16]bool, out chan<- netip.A
 			return
 		}
 		dest, refused := judgeConnect(&req, allowed)
+		// What was read is the caller's only if the notification is still
+		// pending: a caller gone meanwhile may have had its pid reused by
+		// another process of the machine.
+		if refused && !notifValid(fd, req.ID) {
+			refused = false
+		}
 		resp := seccompResp{ID: req.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE}
 		_, _, _ = unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_SEND, uintptr(unsafe.Pointer(&resp)))
 		if refused {
@@ -251,6 +257,13 @@ func watchConnects(f, stop *os.File, allowed map[uint16]bool, out chan<- netip.A
 			}
 		}
 	}
+}
+
+// notifValid says whether the notification id is still pending, its
+// caller still in the notified call.
+func notifValid(fd int, id uint64) bool {
+	_, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_ID_VALID, uintptr(unsafe.Pointer(&id)))
+	return errno == 0
 }
 
 // judgeConnect reads a notified connect's destination from the caller and
