@@ -260,8 +260,17 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	started(spec, run)
 	// Workspace: the work is shipped before the run starts; its result is
 	// fetched after it ends (workspace.go).
+	shippedFrom := spec.Dir
 	if err := startWorkspace(ctx, store, run, &spec, m); err != nil {
 		return nil, err
+	}
+	if m.IsLocal() && spec.Dir != shippedFrom {
+		// In a local copy, a relative command is the copy's: one the
+		// copy lacks (ignored, so never shipped) is not worth a wall.
+		if ce := checkCommand(spec.Command, spec.Dir, spec.Env, pathPassed(spec.PassEnv)); ce != nil {
+			endLocalWorkspace(ctx, store, run)
+			return finish(ctx, store, run, 0, ce)
+		}
 	}
 	if (c == carry.NetworkWall || c == carry.ConnectDoor) && m.IsLocal() {
 		// The running record is written while the wall goes up, and is durable

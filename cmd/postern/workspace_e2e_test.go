@@ -737,6 +737,21 @@ func TestWorkspaceLocalCopies(t *testing.T) {
 	if files[0] != "f\none.txt\nwip.txt" || files[1] != "f\ntwo.txt\nwip.txt" {
 		t.Fatalf("results: %q", files)
 	}
+
+	// A relative command the copy lacks (ignored, so never shipped) is
+	// looked up in the copy, not at home: not found, 127, and no branch.
+	wsWrite(t, filepath.Join(repo, ".gitignore"), "tool\n", 0o644)
+	wsWrite(t, filepath.Join(repo, "tool"), "#!/bin/sh\necho ran at home\n", 0o755)
+	o, e, code := c.posternIn(t, repo, "run", "--workspace", "copy", "--", "./tool")
+	if code != 127 || strings.Contains(o, "ran at home") || !strings.Contains(e, "not found") {
+		t.Fatalf("an ignored relative command in a copy: exit %d, stdout %q, stderr %s; want 127, not found", code, o, e)
+	}
+	if got := resultBranches(t, repo); len(got) != 2 {
+		t.Fatalf("branches after the command not found: %v", got)
+	}
+	if run := lastRun(t, c); run.End != records.EndNotFound {
+		t.Fatalf("the run ended %q (exit %v), want %q: postern's own finding, before any wall", run.End, run.ExitCode, records.EndNotFound)
+	}
 }
 
 // The connection cut while the work is shipped: the run fails saying so,
