@@ -89,10 +89,13 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	// What is left uncommitted, in an index of postern's own: HEAD's
 	// tree, with the stat of each file as postern last hashed it (the index
 	// made when the copy was shipped, or by an earlier collect), so that
-	// only the files the run touched are read.
+	// only the files the run touched are read. --reset, not -m: -m refuses
+	// an index whose files the run changed ("not uptodate"), which is every
+	// run that committed; --reset keeps the stat of each entry whose object
+	// HEAD's tree still has and takes the rest from the tree, unhashed.
 	if b, rerr := os.ReadFile(p.indexFile(req.RunID)); rerr == nil && head != "" {
 		if err = os.WriteFile(filepath.Join(tmp, "index"), b, 0o600); err == nil {
-			if _, err = g.out(ctx, nil, "read-tree", "-m", head); err != nil {
+			if _, err = g.out(ctx, nil, "read-tree", "--reset", head); err != nil {
 				_ = os.Remove(filepath.Join(tmp, "index"))
 				_, err = g.out(ctx, nil, "read-tree", head)
 			}
