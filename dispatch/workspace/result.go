@@ -93,18 +93,11 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	// an index whose files the run changed ("not uptodate"), which is every
 	// run that committed; --reset keeps the stat of each entry whose object
 	// HEAD's tree still has and takes the rest from the tree, unhashed.
-	if b, rerr := os.ReadFile(p.indexFile(req.RunID)); rerr == nil && head != "" {
-		if err = os.WriteFile(filepath.Join(tmp, "index"), b, 0o600); err == nil {
-			if _, err = g.out(ctx, nil, "read-tree", "--reset", head); err != nil {
-				_ = os.Remove(filepath.Join(tmp, "index"))
-				_, err = g.out(ctx, nil, "read-tree", head)
-			}
-		}
-	} else if head != "" {
-		_, err = g.out(ctx, nil, "read-tree", head)
-	} else {
-		_, err = g.out(ctx, nil, "read-tree", "--empty")
+	saved, rerr := os.ReadFile(p.indexFile(req.RunID))
+	if rerr != nil {
+		saved = nil
 	}
+	_, err = seedIndex(ctx, g, filepath.Join(tmp, "index"), saved, head)
 	if err != nil {
 		return nil, err
 	}
@@ -263,4 +256,25 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 		c.head = append(c.head, b[:k]...)
 	}
 	return c.w.Write(b)
+}
+
+// seedIndex makes the index at path hold head's tree (none: empty), from
+// saved, an index postern made of this copy, when there is one: kept says
+// its stat information was kept for the entries head's tree still has.
+func seedIndex(ctx context.Context, g git, path string, saved []byte, head string) (kept bool, err error) {
+	if head == "" {
+		_, err = g.out(ctx, nil, "read-tree", "--empty")
+		return false, err
+	}
+	if saved != nil {
+		if err := os.WriteFile(path, saved, 0o600); err != nil {
+			return false, err
+		}
+		if _, err := g.out(ctx, nil, "read-tree", "--reset", head); err == nil {
+			return true, nil
+		}
+		_ = os.Remove(path)
+	}
+	_, err = g.out(ctx, nil, "read-tree", head)
+	return false, err
 }
