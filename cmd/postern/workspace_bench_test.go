@@ -107,6 +107,15 @@ func BenchmarkWorkspace(b *testing.B) {
 		gitFetches = append(gitFetches, shell(repo, fmt.Sprintf("git fetch -q ssh://far-alias%s HEAD:refs/bench/fetch-%d", src, i)))
 		_, fetch := run("sh", "-c", commits)
 		fetches = append(fetches, fetch)
+		// The result is home, whole: its 10 commits, and the file they
+		// made as git made it in the clone.
+		ws := lastRun(b, r.C).Workspace
+		if ws.Commits != 10 || ws.ResultBranch == "" {
+			b.Fatalf("the result: %d commits on %q, want 10", ws.Commits, ws.ResultBranch)
+		}
+		if got, want := gitIn(b, repo, "rev-parse", ws.ResultBranch+":d01/f0100.txt"), gitIn(b, src, "rev-parse", "HEAD:d01/f0100.txt"); got != want {
+			b.Fatalf("d01/f0100.txt in the result is %s, in the clone %s", got, want)
+		}
 	}
 	b.StopTimer()
 

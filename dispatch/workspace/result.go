@@ -52,10 +52,13 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	// happens in a git directory of postern's own that borrows the run's
 	// objects, so nothing the run put in its .git (config with filters or
 	// monitors, hooks, attributes, alternates of refs) is obeyed.
-	head := ""
+	// HEAD and its tree, in one process.
+	head, headTree := "", emptyTree
 	rg := git{dir: run, clean: true, env: []string{"GIT_DIR=" + filepath.Join(run, ".git"), "GIT_CEILING_DIRECTORIES=" + filepath.Dir(run)}}
-	if h, err := rg.line(ctx, "rev-parse", "-q", "--verify", "HEAD^{commit}"); err == nil && validSHA(h) {
-		head = h
+	if b, err := rg.out(ctx, nil, "rev-parse", "HEAD^{commit}", "HEAD^{tree}"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 && validSHA(f[0]) && validSHA(f[1]) {
+			head, headTree = f[0], f[1]
+		}
 	}
 	collect := filepath.Join(tmp, "collect.git")
 	// A bare repository is HEAD, objects and refs: made here, not by a
@@ -89,19 +92,15 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	// What is left uncommitted, in an index of postern's own: HEAD's
 	// tree, with the stat of each file as postern last hashed it (the index
 	// made when the copy was shipped, or by an earlier collect), so that
-	// only the files the run touched are read.
-	if b, rerr := os.ReadFile(p.indexFile(req.RunID)); rerr == nil && head != "" {
-		if err = os.WriteFile(filepath.Join(tmp, "index"), b, 0o600); err == nil {
-			if _, err = g.out(ctx, nil, "read-tree", "-m", head); err != nil {
-				_ = os.Remove(filepath.Join(tmp, "index"))
-				_, err = g.out(ctx, nil, "read-tree", head)
-			}
-		}
-	} else if head != "" {
-		_, err = g.out(ctx, nil, "read-tree", head)
-	} else {
-		_, err = g.out(ctx, nil, "read-tree", "--empty")
+	// only the files the run touched are read. --reset, not -m: -m refuses
+	// an index whose files the run changed ("not uptodate"), which is every
+	// run that committed; --reset keeps the stat of each entry whose object
+	// HEAD's tree still has and takes the rest from the tree, unhashed.
+	saved, rerr := os.ReadFile(p.indexFile(req.RunID))
+	if rerr != nil {
+		saved = nil
 	}
+	_, err = seedIndex(ctx, g, filepath.Join(tmp, "index"), saved, head)
 	if err != nil {
 		return nil, err
 	}
@@ -117,12 +116,6 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	// file again (see makeTree). The run's own index is never used for it.
 	if b, err := os.ReadFile(filepath.Join(tmp, "index")); err == nil {
 		_ = os.WriteFile(p.indexFile(req.RunID), b, 0o600)
-	}
-	headTree := emptyTree
-	if head != "" {
-		if headTree, err = g.line(ctx, "rev-parse", head+"^{tree}"); err != nil {
-			return nil, err
-		}
 	}
 	shipped := ""
 	if b, err := os.ReadFile(p.shippedFile(req.RunID)); err == nil {
@@ -153,22 +146,19 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 		return nil, diskFull(tmp, err)
 	}
 	bundle := filepath.Join(tmp, "result.bundle")
-	args := []string{"bundle", "create", "-q", bundle, resultRef}
-	err = nil
+	var empty bool
 	if req.Base != "" {
-		_, err = g.out(ctx, nil, append(args, "^"+req.Base)...)
+		empty, err = writeBundle(ctx, g, bundle, result, req.Base)
 	}
-	if req.Base == "" || (err != nil && !strings.Contains(err.Error(), "empty bundle")) {
+	if req.Base == "" || err != nil {
 		// No base, or the run's copy lost it: the whole history.
-		_ = os.Remove(bundle)
-		_, err = g.out(ctx, nil, args...)
+		empty, err = writeBundle(ctx, g, bundle, result, "")
 	}
 	if err != nil {
-		var ge *GitError
-		if asGitError(err, &ge) && strings.Contains(ge.Stderr, "empty bundle") {
-			return res, nil // the result is in the base's history: nothing to send
-		}
 		return nil, diskFull(run, fmt.Errorf("bundle the result: %w", err))
+	}
+	if empty {
+		return res, nil // the result is in the base's history: nothing to send
 	}
 	st, err := os.Stat(bundle)
 	if err != nil {
@@ -207,4 +197,87 @@ type TooLargeError struct{ Size, Max int64 }
 
 func (e *TooLargeError) Error() string {
 	return fmt.Sprintf("the run's result is %d bytes, over the limit of %d bytes (--max-result %d): it is kept on the machine; fetch it with 'postern runs fetch RUN-ID --max-result BYTES'", e.Size, e.Max, e.Max)
+}
+
+// writeBundle writes to path a bundle of one ref, resultRef at result, with
+// the objects result has that base has not: git's bundle header written
+// here, then one pack-objects' pack. base, when given, is the bundle's one
+// prerequisite (the receiver has it: it is the commit that was shipped);
+// the pack is not thin, so its deltas need nothing outside it. empty says
+// the pack holds no object (the result is in base's history).
+func writeBundle(ctx context.Context, g git, path, result, base string) (empty bool, err error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return false, err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	var hdr strings.Builder
+	if len(result) == 64 {
+		hdr.WriteString("# v3 git bundle\n@object-format=sha256\n")
+	} else {
+		hdr.WriteString("# v2 git bundle\n")
+	}
+	revs := result + "\n"
+	if base != "" {
+		hdr.WriteString("-" + base + "\n")
+		revs += "^" + base + "\n"
+	}
+	hdr.WriteString(result + " " + resultRef + "\n\n")
+	if _, err := f.WriteString(hdr.String()); err != nil {
+		return false, err
+	}
+	c := g.cmd(ctx, "pack-objects", "--revs", "--stdout", "-q", "--delta-base-offset")
+	var stderr strings.Builder
+	cw := &countingWriter{w: f}
+	c.Stdin, c.Stdout, c.Stderr = strings.NewReader(revs), cw, &stderr
+	if err := c.Run(); err != nil {
+		return false, &GitError{Args: c.Args[1:], Stderr: stderr.String(), Err: err}
+	}
+	// A pack's header is "PACK", its version and its count of objects.
+	if len(cw.head) < 12 || string(cw.head[:4]) != "PACK" {
+		return false, fmt.Errorf("pack-objects wrote no pack")
+	}
+	n := uint32(cw.head[8])<<24 | uint32(cw.head[9])<<16 | uint32(cw.head[10])<<8 | uint32(cw.head[11])
+	return n == 0, nil
+}
+
+// countingWriter passes bytes on, keeping the first 12.
+type countingWriter struct {
+	w    io.Writer
+	head []byte
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) {
+	if k := 12 - len(c.head); k > 0 {
+		if k > len(b) {
+			k = len(b)
+		}
+		c.head = append(c.head, b[:k]...)
+	}
+	return c.w.Write(b)
+}
+
+// seedIndex makes the index at path hold head's tree (none: empty), from
+// saved, an index postern made of this copy, when there is one: kept says
+// its stat information was kept for the entries head's tree still has.
+func seedIndex(ctx context.Context, g git, path string, saved []byte, head string) (kept bool, err error) {
+	if head == "" {
+		_, err = g.out(ctx, nil, "read-tree", "--empty")
+		return false, err
+	}
+	if saved != nil {
+		if err := os.WriteFile(path, saved, 0o600); err != nil {
+			return false, err
+		}
+		if _, err := g.out(ctx, nil, "read-tree", "--reset", head); err == nil {
+			return true, nil
+		}
+		_ = os.Remove(path)
+	}
+	_, err = g.out(ctx, nil, "read-tree", head)
+	return false, err
 }
