@@ -2,7 +2,6 @@ package records
 
 import (
 	"encoding/json"
-	"fmt"
 	"sort"
 	"time"
 
@@ -60,30 +59,9 @@ func (s *Store) PutDispatch(d *Dispatch) error {
 func (s *Store) Dispatch(id string) (*Dispatch, error) {
 	var found *Dispatch
 	err := s.view(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketDispatches)
-		n := 0
-		if b != nil {
-			c := b.Cursor()
-			for k, v := c.Seek([]byte(id)); k != nil && len(k) >= len(id) && string(k[:len(id)]) == id; k, v = c.Next() {
-				var d Dispatch
-				if err := s.decode(bucketDispatches, string(k), v, &d); err != nil {
-					return err
-				}
-				found = &d
-				n++
-				if string(k) == id {
-					n = 1
-					break
-				}
-			}
-		}
-		switch {
-		case n == 0:
-			return fmt.Errorf("dispatch %q: %w", id, ErrNotFound)
-		case n > 1:
-			return fmt.Errorf("dispatch id prefix %q matches %d dispatches: give more of the id", id, n)
-		}
-		return nil
+		var err error
+		found, err = byPrefix[Dispatch](s, tx.Bucket(bucketDispatches), bucketDispatches, id, "dispatch", "dispatches")
+		return err
 	})
 	if err != nil {
 		return nil, err

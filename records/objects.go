@@ -262,30 +262,40 @@ func (s *Store) Run(id string) (*Run, error) {
 		if err != nil {
 			return err
 		}
+		found, err = byPrefix[Run](s, b, bucketRuns, id, "run", "runs")
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return found, nil
+}
+
+// byPrefix decodes the one value of bucket b whose key is id, or the only
+// one id is a prefix of; what and whats name its kind in errors.
+func byPrefix[T any](s *Store, b *bolt.Bucket, bucket []byte, id, what, whats string) (*T, error) {
+	var found *T
+	n := 0
+	if b != nil {
 		c := b.Cursor()
-		n := 0
 		for k, v := c.Seek([]byte(id)); k != nil && len(k) >= len(id) && string(k[:len(id)]) == id; k, v = c.Next() {
-			var r Run
-			if err := s.decode(bucketRuns, string(k), v, &r); err != nil {
-				return err
+			var x T
+			if err := s.decode(bucket, string(k), v, &x); err != nil {
+				return nil, err
 			}
-			found = &r
+			found = &x
 			n++
 			if string(k) == id {
 				n = 1
 				break
 			}
 		}
-		switch {
-		case n == 0:
-			return fmt.Errorf("run %q: %w", id, ErrNotFound)
-		case n > 1:
-			return fmt.Errorf("run id prefix %q matches %d runs: give more of the id", id, n)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
+	}
+	switch {
+	case n == 0:
+		return nil, fmt.Errorf("%s %q: %w", what, id, ErrNotFound)
+	case n > 1:
+		return nil, fmt.Errorf("%s id prefix %q matches %d %s: give more of the id", what, id, n, whats)
 	}
 	return found, nil
 }
