@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	"github.com/zclconf/go-cty/cty"
 
+	"github.com/postern-dev/postern/internal/hcldecode"
 	"github.com/postern-dev/postern/machine"
 )
 
@@ -120,30 +121,10 @@ type ParseError struct {
 }
 
 // Error lists one problem per line: "file:line:col: summary; detail".
-func (e *ParseError) Error() string {
-	var b strings.Builder
-	for i, d := range e.Diags {
-		if i > 0 {
-			b.WriteByte('\n')
-		}
-		if d.Subject != nil {
-			b.WriteString(posString(*d.Subject))
-		} else {
-			b.WriteString(e.Filename)
-		}
-		b.WriteString(": ")
-		b.WriteString(d.Summary)
-		if d.Detail != "" {
-			b.WriteString("; ")
-			b.WriteString(d.Detail)
-		}
-	}
-	return b.String()
-}
+func (e *ParseError) Error() string { return hcldecode.Lines(e.Filename, e.Diags) }
 
-func posString(r hcl.Range) string {
-	return r.Filename + ":" + strconv.Itoa(r.Start.Line) + ":" + strconv.Itoa(r.Start.Column)
-}
+// posString is where r starts, as "file:line:col".
+var posString = hcldecode.Pos
 
 // Load reads the tasks file at path and parses it.
 func Load(path string) (*File, error) {

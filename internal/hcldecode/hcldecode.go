@@ -2,6 +2,7 @@ package hcldecode
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -60,6 +61,35 @@ func Message(diags hcl.Diagnostics) string {
 		b.WriteString(d.Summary)
 		if d.Detail != "" {
 			b.WriteString(": " + d.Detail)
+		}
+	}
+	return b.String()
+}
+
+// Pos is where r starts, as "file:line:col".
+func Pos(r hcl.Range) string {
+	return r.Filename + ":" + strconv.Itoa(r.Start.Line) + ":" + strconv.Itoa(r.Start.Column)
+}
+
+// Lines is diags one problem a line, "file:line:col: summary; detail"
+// (filename where a problem has no place of its own): how a file that
+// cannot be used is reported.
+func Lines(filename string, diags hcl.Diagnostics) string {
+	var b strings.Builder
+	for i, d := range diags {
+		if i > 0 {
+			b.WriteByte('\n')
+		}
+		if d.Subject != nil {
+			b.WriteString(Pos(*d.Subject))
+		} else {
+			b.WriteString(filename)
+		}
+		b.WriteString(": ")
+		b.WriteString(d.Summary)
+		if d.Detail != "" {
+			b.WriteString("; ")
+			b.WriteString(d.Detail)
 		}
 	}
 	return b.String()
