@@ -185,11 +185,13 @@ func (t *Transport) Copy(ctx context.Context, local, remote string, progress fun
 	if err != nil {
 		return fmt.Errorf("create %s: %w", remote, err)
 	}
-	var w io.Writer = dst
+	// The progress counts what is read, so the copy still goes through the
+	// sftp file's own ReadFrom.
+	var in io.Reader = src
 	if progress != nil {
-		w = &progressWriter{w: dst, total: st.Size(), fn: progress}
+		in = &progressReader{r: src, total: st.Size(), fn: progress}
 	}
-	_, err = io.Copy(w, src)
+	_, err = io.Copy(dst, in)
 	if cerr := dst.Close(); err == nil {
 		err = cerr
 	}
@@ -200,19 +202,6 @@ func (t *Transport) Copy(ctx context.Context, local, remote string, progress fun
 		return fmt.Errorf("chmod %s: %w", remote, err)
 	}
 	return nil
-}
-
-type progressWriter struct {
-	w           io.Writer
-	done, total int64
-	fn          func(done, total int64)
-}
-
-func (p *progressWriter) Write(b []byte) (int, error) {
-	n, err := p.w.Write(b)
-	p.done += int64(n)
-	p.fn(p.done, p.total)
-	return n, err
 }
 
 func (t *Transport) Output(ctx context.Context, command string) ([]byte, error) {
