@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/machine/sshclient"
@@ -30,7 +31,7 @@ type Leftover struct {
 }
 
 // probeImageRef is the reference carry/container gives the probe's image.
-var probeImageRef = regexp.MustCompile(`^localhost/postern-probe:[0-9a-f]{16}$`)
+var probeImageRef = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^localhost/postern-probe:[0-9a-f]{16}$`) })
 
 // probeImagesCommand lists the probe's images in podman and docker, where
 // they are installed: "image ENGINE REF" lines.
@@ -45,7 +46,7 @@ func parseProbeImages(out string) []Leftover {
 	seen := map[string]bool{}
 	for _, l := range strings.Split(out, "\n") {
 		f := strings.Fields(l)
-		if len(f) != 3 || f[0] != "image" || (f[1] != "podman" && f[1] != "docker") || !probeImageRef.MatchString(f[2]) {
+		if len(f) != 3 || f[0] != "image" || (f[1] != "podman" && f[1] != "docker") || !probeImageRef().MatchString(f[2]) {
 			continue
 		}
 		if seen[f[1]+" "+f[2]] {

@@ -19,7 +19,7 @@ func FuzzParseProbeImages(f *testing.F) {
 	f.Add("image podman localhost/postern-probe:0123456789abcdef\n")
 	f.Fuzz(func(t *testing.T, s string) {
 		for _, l := range parseProbeImages(s) {
-			if !probeImageRef.MatchString(l.What) || (l.Engine != "podman" && l.Engine != "docker") {
+			if !probeImageRef().MatchString(l.What) || (l.Engine != "podman" && l.Engine != "docker") {
 				t.Fatalf("%q gave %+v", s, l)
 			}
 		}

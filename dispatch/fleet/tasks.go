@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -332,7 +333,9 @@ func (p *parser) file(filename string, body *hclsyntax.Body) *File {
 	return f
 }
 
-var taskNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+// The patterns are compiled at first use, not at every start of the binary
+// (the counted repetitions make big programs).
+var taskNameRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`) })
 
 func (p *parser) task(blk *hclsyntax.Block, d defaults) (Task, bool) {
 	if len(blk.Labels) != 1 {
@@ -349,7 +352,7 @@ func (p *parser) task(blk *hclsyntax.Block, d defaults) (Task, bool) {
 		Retries: d.retries, Timeout: d.timeout,
 	}
 	ok := true
-	if !taskNameRE.MatchString(t.Name) {
+	if !taskNameRE().MatchString(t.Name) {
 		p.errorf(blk.LabelRanges[0], fmt.Sprintf("bad task name %q", t.Name),
 			"a task name has letters, digits, '.', '_' and '-', starts with a letter or digit, and has at most 63 characters, as in task \"fix-auth\"")
 		ok = false
@@ -768,8 +771,8 @@ func (p *parser) machines(a *hclsyntax.Attribute) []MachineRef {
 }
 
 var (
-	labelKeyRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`)
-	labelValueRE = regexp.MustCompile(`^[A-Za-z0-9._/:+-]{1,63}$`)
+	labelKeyRE   = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._/-]{0,62}$`) })
+	labelValueRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z0-9._/:+-]{1,63}$`) })
 )
 
 func (p *parser) needs(a *hclsyntax.Attribute) []string {
@@ -777,7 +780,7 @@ func (p *parser) needs(a *hclsyntax.Attribute) []string {
 	var out []string
 	for i, s := range vals {
 		key, value, hasValue := strings.Cut(s, "=")
-		if !labelKeyRE.MatchString(key) || (hasValue && !labelValueRE.MatchString(value)) {
+		if !labelKeyRE().MatchString(key) || (hasValue && !labelValueRE().MatchString(value)) {
 			p.errorf(ranges[i], fmt.Sprintf("bad need %q", s),
 				`a need is a label's name, as in "gpu" (the machine has the label), or name=value, as in "team=research"; names have letters, digits, '.', '_', '/' and '-'`)
 			continue
@@ -790,7 +793,7 @@ func (p *parser) needs(a *hclsyntax.Attribute) []string {
 	return out
 }
 
-var envKeyRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envKeyRE = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`) })
 
 func (p *parser) env(a *hclsyntax.Attribute) map[string]string {
 	obj, isObj := a.Expr.(*hclsyntax.ObjectConsExpr)
@@ -804,7 +807,7 @@ func (p *parser) env(a *hclsyntax.Attribute) map[string]string {
 		if !ok {
 			continue
 		}
-		if kv.Type() != cty.String || !envKeyRE.MatchString(kv.AsString()) {
+		if kv.Type() != cty.String || !envKeyRE().MatchString(kv.AsString()) {
 			p.errorf(item.KeyExpr.Range(), "bad environment variable name",
 				`a name has letters, digits and '_' and does not start with a digit, as in env = { GOFLAGS = "-mod=mod" }`)
 			continue

@@ -320,7 +320,7 @@ task "docs" {
 		}
 		names := map[string]bool{}
 		for _, task := range file.Tasks {
-			if names[task.Name] || !taskNameRE.MatchString(task.Name) {
+			if names[task.Name] || !taskNameRE().MatchString(task.Name) {
 				t.Fatalf("task name %q twice or bad", task.Name)
 			}
 			names[task.Name] = true

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -43,7 +44,9 @@ type Installed struct {
 	nanos int64
 }
 
-var hashName = regexp.MustCompile(`^[0-9a-f]{64}$`)
+// Compiled at first use: every start of this binary, the wall's init
+// among them, would pay for it otherwise.
+var hashName = sync.OnceValue(func() *regexp.Regexp { return regexp.MustCompile(`^[0-9a-f]{64}$`) })
 
 // listCommand prints the agents' directory (resolved) and a line per entry
 // in it: "agent COMPLETE MTIME KIB NAME"; "none" if the directory is not there.
@@ -68,7 +71,7 @@ func parseListing(out string) (abs string, found []Installed, err error) {
 	}
 	for _, l := range lines[1:] {
 		f := strings.Fields(l)
-		if len(f) != 5 || f[0] != "agent" || !hashName.MatchString(f[4]) {
+		if len(f) != 5 || f[0] != "agent" || !hashName().MatchString(f[4]) {
 			continue
 		}
 		mtime, nanos, err1 := parseMtime(f[2])
@@ -132,7 +135,7 @@ func RemoveInstalled(ctx context.Context, t Transport, found []Installed) error 
 	}
 	args := make([]string, 0, len(found))
 	for _, in := range found {
-		if !hashName.MatchString(in.Hash) || !strings.HasSuffix(in.Path, "/"+in.Hash) || !strings.HasPrefix(in.Path, "/") {
+		if !hashName().MatchString(in.Hash) || !strings.HasSuffix(in.Path, "/"+in.Hash) || !strings.HasPrefix(in.Path, "/") {
 			return fmt.Errorf("refusing to remove %q: not an agent's directory", in.Path)
 		}
 		args = append(args, shellQuote(in.Path))
