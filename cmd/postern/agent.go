@@ -17,48 +17,50 @@ import (
 // The agent's entry points: the controller starts 'postern __agent serve' on a
 // remote machine over ssh. People never type them.
 func init() {
-	cmd := &cobra.Command{Use: "__agent", Hidden: true, SilenceUsage: true}
-	cmd.AddCommand(&cobra.Command{
-		Use:  "serve",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			leaveCoresToTheRun() // a run's door serves from this process
-			out, logw, err := protocolStreams()
-			if err != nil {
-				return err
-			}
-			defer out.Close()
-			logger := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			err = agent.Serve(cmd.Context(), os.Stdin, out, agent.Handlers{
-				Version: version,
-				Run: func(ctx context.Context, req agent.RunRequest, rio agent.RunIO) (int, error) {
-					return dispatch.ServeAgentRun(ctx, req, rio, logger)
-				},
-				Probe: func(ctx context.Context, name string) (*probe.Record, error) {
-					return dispatch.ProbeHere(ctx, name, version, logger)
-				},
-				Workspace: dispatch.ServeAgentWorkspace,
-			})
-			if err != nil {
-				fmt.Fprintln(logw, "postern agent:", err)
-				return exitCode(1)
-			}
-			return nil
-		},
+	buildCommands = append(buildCommands, func() {
+		cmd := &cobra.Command{Use: "__agent", Hidden: true, SilenceUsage: true}
+		cmd.AddCommand(&cobra.Command{
+			Use:  "serve",
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				leaveCoresToTheRun() // a run's door serves from this process
+				out, logw, err := protocolStreams()
+				if err != nil {
+					return err
+				}
+				defer out.Close()
+				logger := slog.New(slog.NewTextHandler(logw, &slog.HandlerOptions{Level: slog.LevelWarn}))
+				err = agent.Serve(cmd.Context(), os.Stdin, out, agent.Handlers{
+					Version: version,
+					Run: func(ctx context.Context, req agent.RunRequest, rio agent.RunIO) (int, error) {
+						return dispatch.ServeAgentRun(ctx, req, rio, logger)
+					},
+					Probe: func(ctx context.Context, name string) (*probe.Record, error) {
+						return dispatch.ProbeHere(ctx, name, version, logger)
+					},
+					Workspace: dispatch.ServeAgentWorkspace,
+				})
+				if err != nil {
+					fmt.Fprintln(logw, "postern agent:", err)
+					return exitCode(1)
+				}
+				return nil
+			},
+		})
+		cmd.AddCommand(&cobra.Command{
+			Use:  "version",
+			Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				h, err := agent.SelfHash()
+				if err != nil {
+					return err
+				}
+				fmt.Printf("postern-agent %s protocol %d sha256 %s\n", version, agent.Protocol, h)
+				return nil
+			},
+		})
+		rootCmd.AddCommand(cmd)
 	})
-	cmd.AddCommand(&cobra.Command{
-		Use:  "version",
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			h, err := agent.SelfHash()
-			if err != nil {
-				return err
-			}
-			fmt.Printf("postern-agent %s protocol %d sha256 %s\n", version, agent.Protocol, h)
-			return nil
-		},
-	})
-	rootCmd.AddCommand(cmd)
 }
 
 // protocolStreams takes stdout for the protocol and stderr for logs on

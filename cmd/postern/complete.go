@@ -30,14 +30,16 @@ func completeMachineFlag(cmd *cobra.Command, args []string, toComplete string) (
 }
 
 func init() {
-	// run is defined in a file after this one: its --machine completes once
-	// every command exists (and before __complete looks).
-	cobra.OnInitialize(func() {
-		if run, _, err := rootCmd.Find([]string{"run"}); err == nil && run != nil && run.Flags().Lookup("machine") != nil {
-			if _, ok := run.GetFlagCompletionFunc("machine"); !ok {
-				_ = run.RegisterFlagCompletionFunc("machine", completeMachineFlag)
+	buildCommands = append(buildCommands, func() {
+		// run is defined in a file after this one: its --machine completes once
+		// every command exists (and before __complete looks).
+		cobra.OnInitialize(func() {
+			if run, _, err := rootCmd.Find([]string{"run"}); err == nil && run != nil && run.Flags().Lookup("machine") != nil {
+				if _, ok := run.GetFlagCompletionFunc("machine"); !ok {
+					_ = run.RegisterFlagCompletionFunc("machine", completeMachineFlag)
+				}
 			}
-		}
+		})
 	})
 }
 

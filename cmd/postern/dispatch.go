@@ -26,18 +26,19 @@ import (
 const exitCancelled = 130
 
 func init() {
-	var (
-		fs          dispatch.FleetSpec
-		asJSON      bool
-		detach      bool
-		child       bool
-		policyPath  string
-		connTimeout time.Duration
-	)
-	cmd := &cobra.Command{
-		Use:   "dispatch [flags] TASKS.hcl",
-		Short: "Run the tasks of a tasks file over the machines that can wall them",
-		Long: `Run the tasks of a tasks file over the machines that can wall them.
+	buildCommands = append(buildCommands, func() {
+		var (
+			fs          dispatch.FleetSpec
+			asJSON      bool
+			detach      bool
+			child       bool
+			policyPath  string
+			connTimeout time.Duration
+		)
+		cmd := &cobra.Command{
+			Use:   "dispatch [flags] TASKS.hcl",
+			Short: "Run the tasks of a tasks file over the machines that can wall them",
+			Long: `Run the tasks of a tasks file over the machines that can wall them.
 
 Each task waits in file order for a free slot (per_machine) on a machine of its pool whose
 measured record can wall its lane and whose labels meet its needs; the least loaded wins. Each
@@ -49,80 +50,81 @@ On a terminal, one live line per task; otherwise one plain line per change (--js
 object per change); a summary table at the end. Exit status: 0 when every task exited 0, 1 when
 any failed, was refused or was lost, 130 when cancelled. --detach prints the dispatch's id and
 leaves the work to a background process of its own: see 'postern dispatches'.`,
-		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			path, err := filepath.Abs(args[0])
-			if err != nil {
-				return err
-			}
-			file, err := fleet.Load(path)
-			if err != nil {
-				return &exitError{2, err}
-			}
-			if policyPath != "" {
-				if policyPath, err = filepath.Abs(policyPath); err != nil {
-					return err
-				}
-			}
-			store, err := openStore()
-			if err != nil {
-				return err
-			}
-			if detach && !child {
-				id, err := detachDispatch(store, cmd, path)
+			Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				path, err := filepath.Abs(args[0])
 				if err != nil {
 					return err
 				}
-				fmt.Println(id)
+				file, err := fleet.Load(path)
+				if err != nil {
+					return &exitError{2, err}
+				}
+				if policyPath != "" {
+					if policyPath, err = filepath.Abs(policyPath); err != nil {
+						return err
+					}
+				}
+				store, err := openStore()
+				if err != nil {
+					return err
+				}
+				if detach && !child {
+					id, err := detachDispatch(store, cmd, path)
+					if err != nil {
+						return err
+					}
+					fmt.Println(id)
+					return nil
+				}
+				wd, _ := os.Getwd()
+				fs.File, fs.Policy, fs.Dir, fs.Detached = file, policyPath, wd, child
+				fs.Base.Env = os.Environ()
+				fs.Base.Remote.SSH.ConnectTimeout = connTimeout
+				fs.Base.Remote.Version = version
+				fs.Base.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+				show, closeShow, live := dispatchOutput(os.Stdout, asJSON)
+				// The runs' warnings for the person (an open network, an agent
+				// reinstalled) go to stderr, unless the live lines hold the
+				// terminal.
+				fs.Base.Warn = os.Stderr
+				if live {
+					fs.Base.Warn = io.Discard
+				}
+				fs.OnChange = show
+				rec, err := dispatch.Dispatch(cmd.Context(), store, fs)
+				closeShow()
+				if err != nil {
+					return &exitError{2, err}
+				}
+				out := os.Stdout
+				if asJSON {
+					out = os.Stderr
+				}
+				fmt.Fprint(out, fleet.Table(rec))
+				if code := fleet.ExitCode(rec); code != 0 {
+					return &exitError{code, errors.New("")}
+				}
 				return nil
-			}
-			wd, _ := os.Getwd()
-			fs.File, fs.Policy, fs.Dir, fs.Detached = file, policyPath, wd, child
-			fs.Base.Env = os.Environ()
-			fs.Base.Remote.SSH.ConnectTimeout = connTimeout
-			fs.Base.Remote.Version = version
-			fs.Base.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			show, closeShow, live := dispatchOutput(os.Stdout, asJSON)
-			// The runs' warnings for the person (an open network, an agent
-			// reinstalled) go to stderr, unless the live lines hold the
-			// terminal.
-			fs.Base.Warn = os.Stderr
-			if live {
-				fs.Base.Warn = io.Discard
-			}
-			fs.OnChange = show
-			rec, err := dispatch.Dispatch(cmd.Context(), store, fs)
-			closeShow()
-			if err != nil {
-				return &exitError{2, err}
-			}
-			out := os.Stdout
-			if asJSON {
-				out = os.Stderr
-			}
-			fmt.Fprint(out, fleet.Table(rec))
-			if code := fleet.ExitCode(rec); code != 0 {
-				return &exitError{code, errors.New("")}
-			}
-			return nil
-		},
-	}
-	f := cmd.Flags()
-	f.IntVar(&fs.Max, "max", 0, "runs at once in the whole dispatch (default: the file's max, else the machines' slots)")
-	f.BoolVar(&asJSON, "json", false, "one JSON object per change on stdout (the summary table goes to stderr)")
-	f.BoolVar(&detach, "detach", false, "print the dispatch's id and do the work in a background process of its own")
-	f.StringVar(&policyPath, "policy", "", "policy for the walled tasks that have none, neither their own nor the file's (default: they may reach nothing)")
-	f.StringArrayVarP(&fs.Base.PassEnv, "env", "e", nil, "give every task's run NAME=VALUE, or NAME with its value here (repeatable; a task's own env wins); the records keep the name, never the value")
-	f.StringArrayVar(&fs.Base.AddHosts, "add-host", nil, "pin a name to an address for the doors' lookups, NAME:IP (repeatable)")
-	f.StringVar(&fs.Base.Resolver, "resolver", "", "DNS server (host:port) for the doors' own lookups; default each machine's resolver")
-	f.DurationVar(&connTimeout, "connect-timeout", 0, "bound on each ssh connect and handshake to a remote machine (default: the ssh config's ConnectTimeout, else 15s)")
-	f.StringVar(&fs.ID, "id", "", "the dispatch's id (set by --detach for its background process)")
-	f.BoolVar(&child, "detached-child", false, "this process is the background process of a --detach")
-	_ = f.MarkHidden("id")
-	_ = f.MarkHidden("detached-child")
-	rootCmd.AddCommand(cmd)
+			},
+		}
+		f := cmd.Flags()
+		f.IntVar(&fs.Max, "max", 0, "runs at once in the whole dispatch (default: the file's max, else the machines' slots)")
+		f.BoolVar(&asJSON, "json", false, "one JSON object per change on stdout (the summary table goes to stderr)")
+		f.BoolVar(&detach, "detach", false, "print the dispatch's id and do the work in a background process of its own")
+		f.StringVar(&policyPath, "policy", "", "policy for the walled tasks that have none, neither their own nor the file's (default: they may reach nothing)")
+		f.StringArrayVarP(&fs.Base.PassEnv, "env", "e", nil, "give every task's run NAME=VALUE, or NAME with its value here (repeatable; a task's own env wins); the records keep the name, never the value")
+		f.StringArrayVar(&fs.Base.AddHosts, "add-host", nil, "pin a name to an address for the doors' lookups, NAME:IP (repeatable)")
+		f.StringVar(&fs.Base.Resolver, "resolver", "", "DNS server (host:port) for the doors' own lookups; default each machine's resolver")
+		f.DurationVar(&connTimeout, "connect-timeout", 0, "bound on each ssh connect and handshake to a remote machine (default: the ssh config's ConnectTimeout, else 15s)")
+		f.StringVar(&fs.ID, "id", "", "the dispatch's id (set by --detach for its background process)")
+		f.BoolVar(&child, "detached-child", false, "this process is the background process of a --detach")
+		_ = f.MarkHidden("id")
+		_ = f.MarkHidden("detached-child")
+		rootCmd.AddCommand(cmd)
 
-	dispatchesCmd()
+		dispatchesCmd()
+	})
 }
 
 // dispatchOutput is what a person sees of a dispatch on w: live lines on a

@@ -179,14 +179,16 @@ func (p *eventPrinter) Close() {
 }
 
 func init() {
-	f := doorCmd.Flags()
-	f.StringVar(&doorFlags.policy, "policy", "", "policy file (HCL)")
-	f.StringVar(&doorFlags.listen, "listen", "127.0.0.1:3128", "address to serve the explicit proxy on")
-	f.StringArrayVar(&doorFlags.addHosts, "add-host", nil, "pin NAME:IP (repeatable; IPv6 as NAME:[2001:db8::1])")
-	f.StringVar(&doorFlags.resolver, "resolver", "", "DNS server host:port for the door's own lookups (default: the system resolver)")
-	f.StringVar(&doorFlags.run, "run", "", "run id copied into every event")
-	f.StringVar(&doorFlags.upstream, "upstream-ca", "", "PEM file of certificate authorities trusted, besides this machine's, when verifying a host the policy inspects")
-	f.StringVar(&doorFlags.caOut, "ca-out", "", "write the certificate (PEM) of the authority the door shows inspected hosts with, for clients to trust")
-	f.StringVar(&doorFlags.proxy, "upstream-proxy", "", "send every connection on to this proxy, http://[NAME:TOKEN@]HOST:PORT, instead of judging it (a gateway, or a corporate proxy); literal addresses on the hard floor are still refused")
-	rootCmd.AddCommand(doorCmd)
+	buildCommands = append(buildCommands, func() {
+		f := doorCmd.Flags()
+		f.StringVar(&doorFlags.policy, "policy", "", "policy file (HCL)")
+		f.StringVar(&doorFlags.listen, "listen", "127.0.0.1:3128", "address to serve the explicit proxy on")
+		f.StringArrayVar(&doorFlags.addHosts, "add-host", nil, "pin NAME:IP (repeatable; IPv6 as NAME:[2001:db8::1])")
+		f.StringVar(&doorFlags.resolver, "resolver", "", "DNS server host:port for the door's own lookups (default: the system resolver)")
+		f.StringVar(&doorFlags.run, "run", "", "run id copied into every event")
+		f.StringVar(&doorFlags.upstream, "upstream-ca", "", "PEM file of certificate authorities trusted, besides this machine's, when verifying a host the policy inspects")
+		f.StringVar(&doorFlags.caOut, "ca-out", "", "write the certificate (PEM) of the authority the door shows inspected hosts with, for clients to trust")
+		f.StringVar(&doorFlags.proxy, "upstream-proxy", "", "send every connection on to this proxy, http://[NAME:TOKEN@]HOST:PORT, instead of judging it (a gateway, or a corporate proxy); literal addresses on the hard floor are still refused")
+		rootCmd.AddCommand(doorCmd)
+	})
 }

@@ -238,16 +238,18 @@ var gatewayClientsRmCmd = &cobra.Command{
 }
 
 func init() {
-	f := gatewayCmd.Flags()
-	f.StringVar(&gatewayFlags.policy, "policy", "", "default policy file (HCL) for clients without their own; without it they may reach nothing")
-	f.StringVar(&gatewayFlags.listen, "listen", "127.0.0.1:3128", "address to serve the clients' proxy on")
-	f.StringVar(&gatewayFlags.api, "api", "127.0.0.1:9090", "address to serve the management API and the dashboard on")
-	f.StringVar(&gatewayFlags.apiTokenFile, "api-token-file", "", "file holding the API token, made (mode 0600) if absent (default: gateway-api-token beside the records)")
-	f.StringArrayVar(&gatewayFlags.addHosts, "add-host", nil, "pin NAME:IP for the gateway's lookups (repeatable)")
-	f.StringVar(&gatewayFlags.resolver, "resolver", "", "DNS server host:port for the gateway's lookups (default: the system resolver)")
-	f.IntVar(&gatewayFlags.eventsPerClient, "events-per-client", gateway.DefaultEventsPerClient, "events kept in memory for each client, for /v1/events")
-	gatewayClientsListCmd.Flags().StringVar(&gatewayListPolicy, "policy", "", "the gateway's default policy file, to show what clients without their own are judged by")
-	gatewayClientsCmd.AddCommand(gatewayClientsAddCmd, gatewayClientsListCmd, gatewayClientsRmCmd)
-	gatewayCmd.AddCommand(gatewayClientsCmd)
-	rootCmd.AddCommand(gatewayCmd)
+	buildCommands = append(buildCommands, func() {
+		f := gatewayCmd.Flags()
+		f.StringVar(&gatewayFlags.policy, "policy", "", "default policy file (HCL) for clients without their own; without it they may reach nothing")
+		f.StringVar(&gatewayFlags.listen, "listen", "127.0.0.1:3128", "address to serve the clients' proxy on")
+		f.StringVar(&gatewayFlags.api, "api", "127.0.0.1:9090", "address to serve the management API and the dashboard on")
+		f.StringVar(&gatewayFlags.apiTokenFile, "api-token-file", "", "file holding the API token, made (mode 0600) if absent (default: gateway-api-token beside the records)")
+		f.StringArrayVar(&gatewayFlags.addHosts, "add-host", nil, "pin NAME:IP for the gateway's lookups (repeatable)")
+		f.StringVar(&gatewayFlags.resolver, "resolver", "", "DNS server host:port for the gateway's lookups (default: the system resolver)")
+		f.IntVar(&gatewayFlags.eventsPerClient, "events-per-client", gateway.DefaultEventsPerClient, "events kept in memory for each client, for /v1/events")
+		gatewayClientsListCmd.Flags().StringVar(&gatewayListPolicy, "policy", "", "the gateway's default policy file, to show what clients without their own are judged by")
+		gatewayClientsCmd.AddCommand(gatewayClientsAddCmd, gatewayClientsListCmd, gatewayClientsRmCmd)
+		gatewayCmd.AddCommand(gatewayClientsCmd)
+		rootCmd.AddCommand(gatewayCmd)
+	})
 }

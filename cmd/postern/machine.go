@@ -222,221 +222,223 @@ func printSummary(views []machineView) error {
 }
 
 func init() {
-	m := &cobra.Command{Use: "machine", Short: "Add, list, show and measure machines"}
+	buildCommands = append(buildCommands, func() {
+		m := &cobra.Command{Use: "machine", Short: "Add, list, show and measure machines"}
 
-	var listJSON bool
-	list := &cobra.Command{
-		Use:   "list",
-		Short: "List machines and what was measured about them",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			store, err := openStore()
-			if err != nil {
-				return err
-			}
-			ms, err := store.Machines()
-			if err != nil {
-				return err
-			}
-			views := make([]machineView, 0, len(ms))
-			for _, mm := range ms {
+		var listJSON bool
+		list := &cobra.Command{
+			Use:   "list",
+			Short: "List machines and what was measured about them",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				store, err := openStore()
+				if err != nil {
+					return err
+				}
+				ms, err := store.Machines()
+				if err != nil {
+					return err
+				}
+				views := make([]machineView, 0, len(ms))
+				for _, mm := range ms {
+					v, err := viewMachine(store, mm)
+					if err != nil {
+						return err
+					}
+					views = append(views, v)
+				}
+				if listJSON {
+					return writeJSON(os.Stdout, views)
+				}
+				tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "NAME\tLANE\tCARRY\tMEASURED\tRUNGS YES\tRUNGS NO")
+				for _, v := range views {
+					measured := "never"
+					if v.Measured {
+						measured = v.MeasuredAt.Local().Format(time.DateTime)
+					}
+					yes, no := rungsByResult(v.Rungs)
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Lane, v.Carry, measured, strings.Join(yes, ","), strings.Join(no, ","))
+				}
+				return tw.Flush()
+			},
+		}
+		list.Flags().BoolVar(&listJSON, "json", false, "print a JSON array")
+
+		var showJSON bool
+		show := &cobra.Command{
+			Use:               "show NAME",
+			Short:             "Show a machine and its last measured record",
+			Args:              cobra.ExactArgs(1),
+			ValidArgsFunction: completeMachines,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				store, mm, err := openMachine(args[0])
+				if err != nil {
+					return err
+				}
 				v, err := viewMachine(store, mm)
 				if err != nil {
 					return err
 				}
-				views = append(views, v)
-			}
-			if listJSON {
-				return writeJSON(os.Stdout, views)
-			}
-			tw := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tLANE\tCARRY\tMEASURED\tRUNGS YES\tRUNGS NO")
-			for _, v := range views {
-				measured := "never"
-				if v.Measured {
-					measured = v.MeasuredAt.Local().Format(time.DateTime)
+				if showJSON {
+					return writeJSON(os.Stdout, v)
 				}
-				yes, no := rungsByResult(v.Rungs)
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", v.Name, v.Lane, v.Carry, measured, strings.Join(yes, ","), strings.Join(no, ","))
-			}
-			return tw.Flush()
-		},
-	}
-	list.Flags().BoolVar(&listJSON, "json", false, "print a JSON array")
+				if err := printMachine(v, 0); err != nil {
+					return err
+				}
+				return printKeptWorkspaces(os.Stdout, store, mm.Name)
+			},
+		}
+		show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
 
-	var showJSON bool
-	show := &cobra.Command{
-		Use:               "show NAME",
-		Short:             "Show a machine and its last measured record",
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeMachines,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			store, mm, err := openMachine(args[0])
-			if err != nil {
-				return err
-			}
-			v, err := viewMachine(store, mm)
-			if err != nil {
-				return err
-			}
-			if showJSON {
-				return writeJSON(os.Stdout, v)
-			}
-			if err := printMachine(v, 0); err != nil {
-				return err
-			}
-			return printKeptWorkspaces(os.Stdout, store, mm.Name)
-		},
-	}
-	show.Flags().BoolVar(&showJSON, "json", false, "print JSON")
-
-	var probeJSON, probeAll, trustNewHostKey bool
-	var probeConnectTimeout time.Duration
-	probeCmd := &cobra.Command{
-		Use:   "probe-confinement [NAME...]",
-		Short: "Measure what a machine can wall, by performing each act, and record it",
-		Long: `Measure what a machine can wall, by performing each act, and record it.
+		var probeJSON, probeAll, trustNewHostKey bool
+		var probeConnectTimeout time.Duration
+		probeCmd := &cobra.Command{
+			Use:   "probe-confinement [NAME...]",
+			Short: "Measure what a machine can wall, by performing each act, and record it",
+			Long: `Measure what a machine can wall, by performing each act, and record it.
 
 Each rung is measured by doing it for real: create a user and network namespace, redirect a
 connection with nftables and read its original destination, over IPv4 and IPv6, ask Landlock its
 ABI. The record is the only thing that decides which wall a run gets. Without NAME, measures local.`,
-		ValidArgsFunction: completeMoreMachines,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := openStore()
-			if err != nil {
-				return err
-			}
-			logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-			// Remote machines are measured through their agent (machine_remote.go).
-			// Machines measured are printed even when others failed.
-			views, perr := probeMachines(cmd.Context(), store, args, probeAll, withSSHConfig(sshclient.Options{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}), logger)
-			if len(views) == 0 {
-				return perr
-			}
-			if probeJSON {
-				if !probeAll && len(args) <= 1 {
-					return errors.Join(writeJSON(os.Stdout, views[0]), perr)
+			ValidArgsFunction: completeMoreMachines,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				store, err := openStore()
+				if err != nil {
+					return err
 				}
-				return errors.Join(writeJSON(os.Stdout, views), perr)
-			}
-			if probeAll || len(args) > 1 {
-				return errors.Join(printSummary(views), perr)
-			}
-			return errors.Join(printMachine(views[0], outputWidth()), perr)
-		},
-	}
-	probeCmd.Flags().BoolVar(&probeJSON, "json", false, "print what was measured as JSON")
+				logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+				// Remote machines are measured through their agent (machine_remote.go).
+				// Machines measured are printed even when others failed.
+				views, perr := probeMachines(cmd.Context(), store, args, probeAll, withSSHConfig(sshclient.Options{TrustNewHostKey: trustNewHostKey, ConnectTimeout: probeConnectTimeout}), logger)
+				if len(views) == 0 {
+					return perr
+				}
+				if probeJSON {
+					if !probeAll && len(args) <= 1 {
+						return errors.Join(writeJSON(os.Stdout, views[0]), perr)
+					}
+					return errors.Join(writeJSON(os.Stdout, views), perr)
+				}
+				if probeAll || len(args) > 1 {
+					return errors.Join(printSummary(views), perr)
+				}
+				return errors.Join(printMachine(views[0], outputWidth()), perr)
+			},
+		}
+		probeCmd.Flags().BoolVar(&probeJSON, "json", false, "print what was measured as JSON")
 
-	probeCmd.Flags().BoolVar(&probeAll, "all", false, "measure every machine, concurrently")
-	probeCmd.Flags().DurationVar(&probeConnectTimeout, "connect-timeout", 0, "bound on each ssh connect and handshake (default: the ssh config's ConnectTimeout, else 15s)")
-	probeCmd.Flags().BoolVar(&trustNewHostKey, "trust-new-host-key", false, "accept and record the ssh host key of a machine known_hosts does not list yet (a changed key is never accepted)")
+		probeCmd.Flags().BoolVar(&probeAll, "all", false, "measure every machine, concurrently")
+		probeCmd.Flags().DurationVar(&probeConnectTimeout, "connect-timeout", 0, "bound on each ssh connect and handshake (default: the ssh config's ConnectTimeout, else 15s)")
+		probeCmd.Flags().BoolVar(&trustNewHostKey, "trust-new-host-key", false, "accept and record the ssh host key of a machine known_hosts does not list yet (a changed key is never accepted)")
 
-	var (
-		dest, identity, agentDir string
-		labels                   []string
-		envNames                 []string
-		addCheck, addTrust       bool
-		addConnectTimeout        time.Duration
-	)
-	add := &cobra.Command{
-		Use:   "add NAME --ssh DEST",
-		Short: "Add a machine reached over ssh (it stays unmeasured until probed)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			name := args[0]
-			if err := machine.CheckName(name); err != nil {
-				return &exitError{2, err}
-			}
-			if name == machine.Local {
-				return &exitError{2, errors.New("local exists without being added")}
-			}
-			if dest == "" {
-				return &exitError{2, errors.New("--ssh DEST is required: an alias from ~/.ssh/config or [user@]host[:port]")}
-			}
-			lm := map[string]string{}
-			for _, l := range labels {
-				k, v, ok := strings.Cut(l, "=")
-				if !ok || k == "" {
-					return &exitError{2, fmt.Errorf("label %q: write it as key=value", l)}
+		var (
+			dest, identity, agentDir string
+			labels                   []string
+			envNames                 []string
+			addCheck, addTrust       bool
+			addConnectTimeout        time.Duration
+		)
+		add := &cobra.Command{
+			Use:   "add NAME --ssh DEST",
+			Short: "Add a machine reached over ssh (it stays unmeasured until probed)",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				name := args[0]
+				if err := machine.CheckName(name); err != nil {
+					return &exitError{2, err}
 				}
-				lm[k] = v
-			}
-			for _, n := range envNames {
-				if err := machine.CheckEnvName(n); err != nil {
-					return &exitError{2, fmt.Errorf("--env: %w", err)}
+				if name == machine.Local {
+					return &exitError{2, errors.New("local exists without being added")}
 				}
-			}
-			store, err := openStore()
-			if err != nil {
-				return err
-			}
-			if _, err := store.Machine(name); err == nil {
-				return fmt.Errorf("machine %q exists; remove it first with 'postern machine rm %s'", name, name)
-			}
-			if _, err := machine.ParseDest(dest); err != nil {
-				return &exitError{2, err}
-			}
-			sshOpts := withSSHConfig(sshclient.Options{Identity: identity, TrustNewHostKey: addTrust, ConnectTimeout: addConnectTimeout})
-			res, err := sshclient.ResolveDest(cmd.Context(), dest, sshOpts, nil)
-			if err != nil {
-				return &exitError{2, fmt.Errorf("machine %s: %w", name, err)}
-			}
-			if addCheck {
-				if err := checkConnect(cmd.Context(), dest, sshOpts); err != nil {
-					return fmt.Errorf("machine %s: %w; it was not added", name, err)
+				if dest == "" {
+					return &exitError{2, errors.New("--ssh DEST is required: an alias from ~/.ssh/config or [user@]host[:port]")}
 				}
-			}
-			mm := machine.Machine{Name: name, SSH: dest, Identity: identity, AgentDir: agentDir, Labels: lm, Env: envNames, AddedAt: time.Now().UTC()}
-			if err := store.PutMachine(mm); err != nil {
-				return err
-			}
-			fmt.Printf("added %s (%s, %s); it is unmeasured: runs on it are refused until 'postern machine probe-confinement %s'\n", name, dest, resolvedText(res, addCheck), name)
-			return nil
-		},
-	}
-	add.Flags().StringVar(&dest, "ssh", "", "ssh destination: an alias from ~/.ssh/config or [user@]host[:port]")
-	add.Flags().StringVar(&identity, "identity", "", "private key file")
-	add.Flags().StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
-	add.Flags().StringArrayVar(&envNames, "env", nil, "pass the variable NAME to every run on the machine, its value taken from postern's environment at each run; names only, never stored with a value (repeatable)")
-	add.Flags().BoolVar(&addCheck, "check", false, "also connect and log in over ssh before adding it")
-	add.Flags().BoolVar(&addTrust, "trust-new-host-key", false, "with --check: accept and record the host key of a machine known_hosts does not list yet")
-	add.Flags().DurationVar(&addConnectTimeout, "connect-timeout", 0, "with --check: bound on the ssh connect and handshake (default: the ssh config's ConnectTimeout, else 15s)")
-	add.Flags().StringVar(&agentDir, "agent-dir", "", "directory on the machine for postern's agent (default ~/.cache/postern/agents); use one that allows executables")
+				lm := map[string]string{}
+				for _, l := range labels {
+					k, v, ok := strings.Cut(l, "=")
+					if !ok || k == "" {
+						return &exitError{2, fmt.Errorf("label %q: write it as key=value", l)}
+					}
+					lm[k] = v
+				}
+				for _, n := range envNames {
+					if err := machine.CheckEnvName(n); err != nil {
+						return &exitError{2, fmt.Errorf("--env: %w", err)}
+					}
+				}
+				store, err := openStore()
+				if err != nil {
+					return err
+				}
+				if _, err := store.Machine(name); err == nil {
+					return fmt.Errorf("machine %q exists; remove it first with 'postern machine rm %s'", name, name)
+				}
+				if _, err := machine.ParseDest(dest); err != nil {
+					return &exitError{2, err}
+				}
+				sshOpts := withSSHConfig(sshclient.Options{Identity: identity, TrustNewHostKey: addTrust, ConnectTimeout: addConnectTimeout})
+				res, err := sshclient.ResolveDest(cmd.Context(), dest, sshOpts, nil)
+				if err != nil {
+					return &exitError{2, fmt.Errorf("machine %s: %w", name, err)}
+				}
+				if addCheck {
+					if err := checkConnect(cmd.Context(), dest, sshOpts); err != nil {
+						return fmt.Errorf("machine %s: %w; it was not added", name, err)
+					}
+				}
+				mm := machine.Machine{Name: name, SSH: dest, Identity: identity, AgentDir: agentDir, Labels: lm, Env: envNames, AddedAt: time.Now().UTC()}
+				if err := store.PutMachine(mm); err != nil {
+					return err
+				}
+				fmt.Printf("added %s (%s, %s); it is unmeasured: runs on it are refused until 'postern machine probe-confinement %s'\n", name, dest, resolvedText(res, addCheck), name)
+				return nil
+			},
+		}
+		add.Flags().StringVar(&dest, "ssh", "", "ssh destination: an alias from ~/.ssh/config or [user@]host[:port]")
+		add.Flags().StringVar(&identity, "identity", "", "private key file")
+		add.Flags().StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+		add.Flags().StringArrayVar(&envNames, "env", nil, "pass the variable NAME to every run on the machine, its value taken from postern's environment at each run; names only, never stored with a value (repeatable)")
+		add.Flags().BoolVar(&addCheck, "check", false, "also connect and log in over ssh before adding it")
+		add.Flags().BoolVar(&addTrust, "trust-new-host-key", false, "with --check: accept and record the host key of a machine known_hosts does not list yet")
+		add.Flags().DurationVar(&addConnectTimeout, "connect-timeout", 0, "with --check: bound on the ssh connect and handshake (default: the ssh config's ConnectTimeout, else 15s)")
+		add.Flags().StringVar(&agentDir, "agent-dir", "", "directory on the machine for postern's agent (default ~/.cache/postern/agents); use one that allows executables")
 
-	var rmClean, rmTrust bool
-	rm := &cobra.Command{
-		Use:   "rm NAME",
-		Short: "Remove a machine and its record (--clean: and what postern left on it)",
-		Long: `Remove a machine and its record. What postern installed there stays unless --clean is
+		var rmClean, rmTrust bool
+		rm := &cobra.Command{
+			Use:   "rm NAME",
+			Short: "Remove a machine and its record (--clean: and what postern left on it)",
+			Long: `Remove a machine and its record. What postern installed there stays unless --clean is
 given: then the machine's agents and probe images are removed first, as 'postern machine clean'
 does, and the machine is forgotten only once that worked.`,
-		Args:              cobra.ExactArgs(1),
-		ValidArgsFunction: completeMachines,
-		RunE: func(cmd *cobra.Command, args []string) error {
-			store, mm, err := openMachine(args[0])
-			if err != nil {
-				return err
-			}
-			if rmClean && !mm.IsLocal() {
-				found, err := cleanMachine(cmd, store, mm, false, rmTrust)
-				printLeftovers(os.Stdout, mm.Name, found, false)
+			Args:              cobra.ExactArgs(1),
+			ValidArgsFunction: completeMachines,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				store, mm, err := openMachine(args[0])
 				if err != nil {
-					return fmt.Errorf("%w; %s is still known: mend that and run 'postern machine rm --clean %s' again, or 'postern machine rm %s' to forget it as it is", err, mm.Name, mm.Name, mm.Name)
+					return err
 				}
-			}
-			if err := store.RemoveMachine(mm.Name); err != nil {
-				return err
-			}
-			fmt.Printf("removed %s\n", mm.Name)
-			if !rmClean && !mm.IsLocal() {
-				fmt.Fprintf(os.Stderr, "postern: what postern installed on %s stays there (its agents, about 12 MB each); 'postern machine rm --clean %s' removes it with the machine\n", mm.Name, mm.Name)
-			}
-			return nil
-		},
-	}
-	rm.Flags().BoolVar(&rmClean, "clean", false, "first remove the machine's agents and probe images, as 'postern machine clean' does")
-	rm.Flags().BoolVar(&rmTrust, "trust-new-host-key", false, "with --clean: accept and record the ssh host key of a machine known_hosts does not list yet")
+				if rmClean && !mm.IsLocal() {
+					found, err := cleanMachine(cmd, store, mm, false, rmTrust)
+					printLeftovers(os.Stdout, mm.Name, found, false)
+					if err != nil {
+						return fmt.Errorf("%w; %s is still known: mend that and run 'postern machine rm --clean %s' again, or 'postern machine rm %s' to forget it as it is", err, mm.Name, mm.Name, mm.Name)
+					}
+				}
+				if err := store.RemoveMachine(mm.Name); err != nil {
+					return err
+				}
+				fmt.Printf("removed %s\n", mm.Name)
+				if !rmClean && !mm.IsLocal() {
+					fmt.Fprintf(os.Stderr, "postern: what postern installed on %s stays there (its agents, about 12 MB each); 'postern machine rm --clean %s' removes it with the machine\n", mm.Name, mm.Name)
+				}
+				return nil
+			},
+		}
+		rm.Flags().BoolVar(&rmClean, "clean", false, "first remove the machine's agents and probe images, as 'postern machine clean' does")
+		rm.Flags().BoolVar(&rmTrust, "trust-new-host-key", false, "with --clean: accept and record the ssh host key of a machine known_hosts does not list yet")
 
-	m.AddCommand(list, show, probeCmd, add, rm, importCommand(), cleanCommand())
-	rootCmd.AddCommand(m)
+		m.AddCommand(list, show, probeCmd, add, rm, importCommand(), cleanCommand())
+		rootCmd.AddCommand(m)
+	})
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -33,16 +34,31 @@ var rootCmd = &cobra.Command{
 	Version:       version,
 }
 
+// buildCommands make the command line, in the order their files' init
+// functions added them. main runs them once it knows it is not one of its own
+// re-executed stages, which need none of it: each wall start pays for the
+// start of this binary twice.
+var buildCommands []func()
+
+// commands builds the command line, once.
+var commands = sync.OnceFunc(func() {
+	for _, build := range buildCommands {
+		build()
+	}
+})
+
 func main() {
 
 	keepInheritedFromChildren()
 	if run, ok := reexecEntry(os.Args); ok {
 		os.Exit(run()) // postern re-executed as one of its own stages: no command line
 	}
+	commands()
 	strictCommands(rootCmd)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := rootCmd.ExecuteContext(ctx)
+
 	if err == nil {
 		return
 	}

@@ -113,9 +113,11 @@ guardrail named.`,
 }
 
 func init() {
-	f := policyCheckCmd.Flags()
-	f.StringVar(&policyCheckFlags.policy, "policy", "", "policy file (HCL)")
-	f.BoolVar(&policyCheckFlags.json, "json", false, "print a JSON array instead of a table")
-	policyCmd.AddCommand(policyCheckCmd)
-	rootCmd.AddCommand(policyCmd)
+	buildCommands = append(buildCommands, func() {
+		f := policyCheckCmd.Flags()
+		f.StringVar(&policyCheckFlags.policy, "policy", "", "policy file (HCL)")
+		f.BoolVar(&policyCheckFlags.json, "json", false, "print a JSON array instead of a table")
+		policyCmd.AddCommand(policyCheckCmd)
+		rootCmd.AddCommand(policyCmd)
+	})
 }

@@ -36,5 +36,7 @@ policy denied, for a person to decide on.`,
 }
 
 func init() {
-	policyCmd.AddCommand(policyFromRunCmd)
+	buildCommands = append(buildCommands, func() {
+		policyCmd.AddCommand(policyFromRunCmd)
+	})
 }

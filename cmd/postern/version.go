@@ -44,24 +44,26 @@ func buildVersion() versionInfo {
 }
 
 func init() {
-	var asJSON bool
-	cmd := &cobra.Command{
-		Use:   "version",
-		Short: "Print postern's version, the commit it was built from, its Go and its OS/architecture",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			v := buildVersion()
-			if asJSON {
-				return writeJSON(os.Stdout, v)
-			}
-			commit := v.Commit
-			if commit == "" {
-				commit = "unknown"
-			}
-			fmt.Printf("postern %s (commit %s, %s, %s/%s)\n", v.Version, commit, v.Go, v.OS, v.Arch)
-			return nil
-		},
-	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: version, commit, go, os, arch")
-	rootCmd.AddCommand(cmd)
+	buildCommands = append(buildCommands, func() {
+		var asJSON bool
+		cmd := &cobra.Command{
+			Use:   "version",
+			Short: "Print postern's version, the commit it was built from, its Go and its OS/architecture",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				v := buildVersion()
+				if asJSON {
+					return writeJSON(os.Stdout, v)
+				}
+				commit := v.Commit
+				if commit == "" {
+					commit = "unknown"
+				}
+				fmt.Printf("postern %s (commit %s, %s, %s/%s)\n", v.Version, commit, v.Go, v.OS, v.Arch)
+				return nil
+			},
+		}
+		cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: version, commit, go, os, arch")
+		rootCmd.AddCommand(cmd)
+	})
 }

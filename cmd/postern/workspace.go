@@ -112,48 +112,50 @@ func printKeptWorkspaces(w io.Writer, store *records.Store, machine string) erro
 }
 
 func init() {
-	var stat bool
-	diff := &cobra.Command{
-		Use:   "diff ID",
-		Short: "Print the patch from a run's base to its result (--stat: the diffstat)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := openStore()
-			if err != nil {
+	buildCommands = append(buildCommands, func() {
+		var stat bool
+		diff := &cobra.Command{
+			Use:   "diff ID",
+			Short: "Print the patch from a run's base to its result (--stat: the diffstat)",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				store, err := openStore()
+				if err != nil {
+					return err
+				}
+				out, err := dispatch.WorkspaceDiff(cmd.Context(), store, args[0], stat)
+				if err != nil {
+					return err
+				}
+				_, err = os.Stdout.Write(out)
 				return err
-			}
-			out, err := dispatch.WorkspaceDiff(cmd.Context(), store, args[0], stat)
-			if err != nil {
-				return err
-			}
-			_, err = os.Stdout.Write(out)
-			return err
-		},
-	}
-	diff.Flags().BoolVar(&stat, "stat", false, "print the diffstat only")
-
-	var maxResult int64
-	fetch := &cobra.Command{
-		Use:   "fetch ID",
-		Short: "Bring home the result of a run whose copy is still on its machine (a lost run)",
-		Args:  cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			store, err := openStore()
-			if err != nil {
-				return err
-			}
-			r, err := dispatch.FetchResult(cmd.Context(), store, args[0], dispatch.Remote{Warn: os.Stderr}, maxResult)
-			if err != nil {
-				return err
-			}
-			printWorkspace(os.Stdout, r)
-			return nil
-		},
-	}
-	fetch.Flags().Int64Var(&maxResult, "max-result", 0, "largest result, in bytes, to bring home (default: the run's, 1 GiB)")
-	for _, c := range rootCmd.Commands() {
-		if c.Name() == "runs" {
-			c.AddCommand(diff, fetch)
+			},
 		}
-	}
+		diff.Flags().BoolVar(&stat, "stat", false, "print the diffstat only")
+
+		var maxResult int64
+		fetch := &cobra.Command{
+			Use:   "fetch ID",
+			Short: "Bring home the result of a run whose copy is still on its machine (a lost run)",
+			Args:  cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				store, err := openStore()
+				if err != nil {
+					return err
+				}
+				r, err := dispatch.FetchResult(cmd.Context(), store, args[0], dispatch.Remote{Warn: os.Stderr}, maxResult)
+				if err != nil {
+					return err
+				}
+				printWorkspace(os.Stdout, r)
+				return nil
+			},
+		}
+		fetch.Flags().Int64Var(&maxResult, "max-result", 0, "largest result, in bytes, to bring home (default: the run's, 1 GiB)")
+		for _, c := range rootCmd.Commands() {
+			if c.Name() == "runs" {
+				c.AddCommand(diff, fetch)
+			}
+		}
+	})
 }
