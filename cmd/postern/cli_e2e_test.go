@@ -370,7 +370,7 @@ func assertLinesAtColumnZero(t *testing.T, screen string, n int) {
 // a person sees them.
 func TestRunTerminalLinesInTmux(t *testing.T) {
 	home := measuredHome(t)
-	script := "cd " + sh(t.TempDir()) + " && POSTERN_HOME=" + sh(home) + " " + sh(posternBin) +
+	script := "cd " + sh(t.TempDir()) + " && POSTERN_HOME=" + sh(home) + " " + sh(binFor(t)) +
 		" run --resolver 127.0.0.1:1 -- sh -c 'for n in one two three; do getent hosts denied-$n.test; done; sleep 0.5; echo RUN-DONE'"
 	screen := tmuxScreen(t, script, regexp.MustCompile(`== rc=\d+`))
 	if !strings.Contains(screen, "== rc=0") || !strings.Contains(screen, "RUN-DONE") {

@@ -95,7 +95,7 @@ func TestRemoteRunEnvStatusesAndTerminal(t *testing.T) {
 		for i, a := range args {
 			quoted[i] = sh(a)
 		}
-		screen := tmuxScreen(t, env.String()+sh(posternBin)+" "+strings.Join(quoted, " "), regexp.MustCompile(`== rc=\d+`))
+		screen := tmuxScreen(t, env.String()+sh(binFor(t))+" "+strings.Join(quoted, " "), regexp.MustCompile(`== rc=\d+`))
 		if !strings.Contains(screen, "== rc=0") || !strings.Contains(screen, "RUN-DONE") {
 			t.Fatalf("the remote run did not end well:\n%s", screen)
 		}
@@ -110,7 +110,7 @@ func TestRemoteRunEnvStatusesAndTerminal(t *testing.T) {
 
 	t.Run("Lost", func(t *testing.T) {
 		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
-		cmd := exec.Command(posternBin, append(runFlags, "--json", "--", "sh", "-c", "sleep 300."+marker)...)
+		cmd := exec.Command(binFor(t), append(runFlags, "--json", "--", "sh", "-c", "sleep 300."+marker)...)
 		cmd.Env = r.C.env()
 		_, stderr, waited := startBackground(t, cmd)
 		waitUntil(t, 20*time.Second, "the remote run to start", func() bool { return len(pgrepPids(t, "^sleep 300."+marker+"$")) > 0 })

@@ -62,7 +62,7 @@ func ctrSetup(t *testing.T) {
 			ctrSkip = fmt.Sprintf("needs podman: %v", err)
 			return
 		}
-		dir := filepath.Join(binDirOf(posternBin), "container")
+		dir := filepath.Join(binDirOf(binFor(t)), "container")
 		if ctrErr = os.MkdirAll(dir, 0o755); ctrErr != nil {
 			return
 		}

@@ -63,7 +63,7 @@ func BenchmarkFleetDispatch(b *testing.B) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "sh", "-c", script)
-		cmd.Env = append(c.env(), "POSTERN="+posternBin, "JOBS="+jobsFile, "SSHCONF="+c.sshFile("config"), "KNOWN="+c.sshFile("known_hosts"), "KEY="+c.Key)
+		cmd.Env = append(c.env(), "POSTERN="+binFor(b), "JOBS="+jobsFile, "SSHCONF="+c.sshFile("config"), "KNOWN="+c.sshFile("known_hosts"), "KEY="+c.Key)
 		cmd.Dir = c.Dir // not in this source tree: a run there would ship it
 		t0 := time.Now()
 		if out, err := cmd.CombinedOutput(); err != nil {

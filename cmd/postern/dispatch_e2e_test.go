@@ -557,7 +557,7 @@ func TestDispatchFleet(t *testing.T) {
 		for i := 0; i < 8; i++ {
 			fmt.Fprintf(&src, "task \"s%d\" {\n  command = [\"sh\", \"-c\", \"trap '' TERM; sleep 300.%s; echo NOT-STOPPED\"]\n}\n", i, marker)
 		}
-		cmd := exec.Command(posternBin, "dispatch", tasksFile(t, src.String()))
+		cmd := exec.Command(binFor(t), "dispatch", tasksFile(t, src.String()))
 		cmd.Env = c.env()
 		cmd.Dir = c.Dir // not in this source tree: a dispatch there would ship it
 		var stdout, stderr lockedLog
@@ -641,7 +641,7 @@ func TestDispatchFleet(t *testing.T) {
 		for i := 0; i < 6; i++ {
 			fmt.Fprintf(&src, "task \"l%d\" {\n  command = [\"sh\", \"-c\", \"sleep 4.%s; echo finished-l%d\"]\n}\n", i, marker, i)
 		}
-		cmd := exec.Command(posternBin, "dispatch", "--json", tasksFile(t, src.String()))
+		cmd := exec.Command(binFor(t), "dispatch", "--json", tasksFile(t, src.String()))
 		cmd.Env = c.env()
 		cmd.Dir = c.Dir // not in this source tree: a dispatch there would ship it
 		pr, err := cmd.StdoutPipe()
@@ -745,7 +745,7 @@ func TestDispatchFleet(t *testing.T) {
 		for i := 0; i < 4; i++ {
 			fmt.Fprintf(&src, "task \"g%d\" {\n  command = [\"sh\", \"-c\", \"sleep 3.%s; echo finished-g%d\"]\n}\n", i, marker, i)
 		}
-		cmd := exec.Command(posternBin, "dispatch", tasksFile(t, src.String()))
+		cmd := exec.Command(binFor(t), "dispatch", tasksFile(t, src.String()))
 		cmd.Env = c.env()
 		cmd.Dir = c.Dir
 		var stdout, stderr lockedLog
@@ -917,7 +917,7 @@ func TestDispatchWorkspaces(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, posternBin, "dispatch", tasks)
+	cmd := exec.CommandContext(ctx, binFor(t), "dispatch", tasks)
 	cmd.Env, cmd.Dir = c.env(), repo
 	out, err := cmd.CombinedOutput()
 	if err != nil {

@@ -68,7 +68,7 @@ func runPostern(t *testing.T, args ...string) (stdout, stderr string, code int) 
 	testhosts.EndToEnd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, posternBin, args...)
+	cmd := exec.CommandContext(ctx, binFor(t), args...)
 	cmd.Env = append(os.Environ(), "POSTERN_HOME="+t.TempDir())
 	return runToEnd(t, cmd)
 }
@@ -113,7 +113,7 @@ func startDoor(t *testing.T, policyText, listen string, args ...string) *doorPro
 	}
 	d := &doorProc{Policy: writeFile(t, "policy.hcl", policyText), done: make(chan struct{})}
 	d.cond = sync.NewCond(&d.mu)
-	d.cmd = exec.Command(posternBin, append([]string{"door", "--policy", d.Policy, "--listen", listen}, args...)...)
+	d.cmd = exec.Command(binFor(t), append([]string{"door", "--policy", d.Policy, "--listen", listen}, args...)...)
 	d.cmd.Env = append(os.Environ(), "POSTERN_HOME="+t.TempDir())
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {
@@ -462,4 +462,12 @@ func openPTY(t *testing.T, rows, cols uint16) (master, slave *os.File) {
 		t.Fatal(err)
 	}
 	return m, s
+}
+
+// binFor is the built binary for t, an end-to-end test: under -short, none
+// is built and t skips.
+func binFor(t testing.TB) string {
+	t.Helper()
+	testhosts.EndToEnd(t)
+	return posternBin
 }

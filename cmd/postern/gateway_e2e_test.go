@@ -66,7 +66,7 @@ func startGateway(t *testing.T, home, policyText string, args ...string) *gatewa
 		t.Fatal(err)
 	}
 	g := &gatewayProc{Home: home, done: make(chan struct{})}
-	g.cmd = exec.Command(posternBin, append([]string{"gateway", "--policy", pol, "--listen", "127.0.0.1:0", "--api", "127.0.0.1:0"}, args...)...)
+	g.cmd = exec.Command(binFor(t), append([]string{"gateway", "--policy", pol, "--listen", "127.0.0.1:0", "--api", "127.0.0.1:0"}, args...)...)
 	g.cmd.Env = append(os.Environ(), "POSTERN_HOME="+home)
 	stderr, err := g.cmd.StderrPipe()
 	if err != nil {
@@ -509,7 +509,7 @@ func runPosternHome(t *testing.T, home string, args ...string) (stdout, stderr s
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var o, e bytes.Buffer
-	cmd := exec.CommandContext(ctx, posternBin, args...)
+	cmd := exec.CommandContext(ctx, binFor(t), args...)
 	cmd.Stdout, cmd.Stderr = &o, &e
 	cmd.Env = append(os.Environ(), "POSTERN_HOME="+home)
 	err := cmd.Run()

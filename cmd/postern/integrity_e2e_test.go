@@ -425,7 +425,7 @@ allow_cidrs = [%q]
 			// its connections to the door.
 			dir := filepath.Join(work, rc.name)
 			c := testhosts.Client{Dir: dir, Env: append(curlEnv(), "POSTERN_HOME="+home),
-				Prefix: []string{posternBin, "run", "--policy", policy, "--resolver", dns.Addr.String(), "--"}}
+				Prefix: []string{binFor(t), "run", "--policy", policy, "--resolver", dns.Addr.String(), "--"}}
 			got, err = rc.fetch(ctx, base, c)
 			if err != nil {
 				t.Fatalf("inside the wall: %v", err)

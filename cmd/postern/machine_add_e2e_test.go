@@ -23,7 +23,7 @@ func (c *controller) inHost(t testing.TB, h *testhosts.Host, args ...string) (st
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := h.Command(ctx, posternBin, args...)
+	cmd := h.Command(ctx, binFor(t), args...)
 	cmd.Env = c.env()
 	return runToEnd(t, cmd)
 }

@@ -26,7 +26,7 @@ func agentVariant(t testing.TB, dir, tag string) string {
 		t.Fatal(err)
 	}
 	p := filepath.Join(dir, agent.BinaryName("linux", goarch()))
-	if err := testhosts.CopyExecutable(posternBin, p); err != nil {
+	if err := testhosts.CopyExecutable(binFor(t), p); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("sh", "-c", `printf '\n%s\n' "$1" >> "$2"`, "sh", tag, p).CombinedOutput(); err != nil {
@@ -83,7 +83,7 @@ func TestRemoteAgentWithoutSFTP(t *testing.T) {
 	if len(files) != 1 {
 		t.Fatalf("agents on the remote: %v", files)
 	}
-	want := sha256File(t, posternBin)
+	want := sha256File(t, binFor(t))
 	if got := sha256File(t, files[0]); got != want || filepath.Base(filepath.Dir(files[0])) != want {
 		t.Fatalf("the agent written without sftp hashes to %s in %s, want %s", got, files[0], want)
 	}
@@ -133,6 +133,7 @@ func TestRemoteAgentWithoutSFTP(t *testing.T) {
 // test's own), --dry-run removes nothing; 'machine rm' says what stays, and
 // 'machine rm --clean' removes it.
 func TestMachineClean(t *testing.T) {
+	testhosts.EndToEnd(t)
 	if _, err := exec.LookPath("podman"); err != nil {
 		t.Fatalf("podman is needed (apt-get install podman): %v", err)
 	}

@@ -89,7 +89,7 @@ func (s *screenTmux) waitFor(name, want string, d time.Duration) string {
 func TestProbeTableFitsTheTerminal(t *testing.T) {
 	c := newController(t)
 	tm := newScreenTmux(t)
-	tm.start("probe", 90, 40, c.env(), shellQuote(posternBin)+" machine probe-confinement")
+	tm.start("probe", 90, 40, c.env(), shellQuote(binFor(t))+" machine probe-confinement")
 	screen := tm.waitFor("probe", "<done>", 60*time.Second)
 	long := 0
 	for _, l := range strings.Split(screen, "\n") {
@@ -323,7 +323,7 @@ curl -s --max-time 2 https://x.test/ >/dev/null; true`
 		return id != ""
 	})
 	tm := newScreenTmux(t)
-	tm.start("follow", 200, 40, c.env(), shellQuote(posternBin)+" runs events --follow "+id)
+	tm.start("follow", 200, 40, c.env(), shellQuote(binFor(t))+" runs events --follow "+id)
 	screen := tm.waitFor("follow", "<done>", 60*time.Second)
 	t.Logf("runs events --follow:\n%s", screen)
 	if e := <-done; strings.Contains(e, "postern:") && !strings.Contains(e, "denied") {

@@ -134,7 +134,7 @@ func TestRecordsWithoutPermission(t *testing.T) {
 		t.Fatalf("runs list: %s", e)
 	}
 	bin := filepath.Join(home, "postern")
-	if err := testhosts.CopyExecutable(posternBin, bin); err != nil {
+	if err := testhosts.CopyExecutable(binFor(t), bin); err != nil {
 		t.Fatal(err)
 	}
 	path := filepath.Join(home, "records.db")

@@ -124,7 +124,7 @@ func (c *controller) postern(t testing.TB, args ...string) (stdout, stderr strin
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, posternBin, args...)
+	cmd := exec.CommandContext(ctx, binFor(t), args...)
 	cmd.Env = c.env()
 	cmd.Dir = c.Dir
 	return runToEnd(t, cmd)
@@ -749,7 +749,7 @@ func TestRemoteControllerKilledLeavesNothing(t *testing.T) {
 	r.addAndProbe(t, "far")
 	// sleep takes 300.NNNNNN: a number that names this run alone.
 	marker := fmt.Sprintf("%03d%03d", time.Now().UnixNano()%1000, os.Getpid()%1000)
-	cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sleep", "300."+marker)
+	cmd := exec.Command(binFor(t), "run", "--machine", "far", "--", "sleep", "300."+marker)
 	cmd.Env = r.C.env()
 	cmd.Dir = r.C.Dir // not this source tree, which a remote run would take along
 	var stderr bytes.Buffer

@@ -44,7 +44,7 @@ func (c *controller) startOnPTY(t *testing.T, rows, cols uint16, args ...string)
 	t.Helper()
 	master, slave := openPTY(t, rows, cols)
 	p := &ptyProc{master: master, waited: make(chan struct{}), read: make(chan struct{})}
-	p.cmd = exec.Command(posternBin, args...)
+	p.cmd = exec.Command(binFor(t), args...)
 	p.cmd.Env = append(c.env(), "TERM=xterm-remote-test")
 	p.cmd.Dir = c.Home // not this source tree, which a remote run would take along
 	p.cmd.Stdin, p.cmd.Stdout, p.cmd.Stderr = slave, slave, slave
@@ -313,7 +313,7 @@ func TestRemoteConnectionDropped(t *testing.T) {
 	drop := func(t *testing.T, how string, cut func(t *testing.T)) {
 		marker := strconv.FormatInt(time.Now().UnixNano()%1e6, 10)
 		pattern := "^sleep 300." + marker + "$" // the run's own sleep, not the command lines naming it
-		cmd := exec.Command(posternBin, "run", "--machine", "far", "--", "sh", "-c", "sleep 300."+marker+"; echo NOT-KILLED")
+		cmd := exec.Command(binFor(t), "run", "--machine", "far", "--", "sh", "-c", "sleep 300."+marker+"; echo NOT-KILLED")
 		cmd.Env = r.C.env()
 		cmd.Dir = r.C.Dir // not this source tree, which a remote run would take along
 		stdout, stderr, waited := startBackground(t, cmd)

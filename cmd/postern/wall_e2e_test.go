@@ -1005,7 +1005,7 @@ func testUnprivileged(t *testing.T, l *wallLab) {
 		}
 	}
 	bin := filepath.Join(root, "postern")
-	if err := testhosts.CopyExecutable(posternBin, bin); err != nil {
+	if err := testhosts.CopyExecutable(binFor(t), bin); err != nil {
 		t.Fatal(err)
 	}
 	home := filepath.Join(root, "home")
@@ -1343,7 +1343,7 @@ func TestWallRunsLeaveNothingBehind(t *testing.T) {
 	took := time.Since(start)
 	t.Logf("%d walled runs in %s (%s each)", n, took.Round(time.Millisecond), (took / time.Duration(n)).Round(time.Millisecond))
 
-	if pids := procsRunning(posternBin); len(pids) > 0 {
+	if pids := procsRunning(binFor(t)); len(pids) > 0 {
 		t.Errorf("postern processes remain: %v", pids)
 	}
 	nsAfter := netnsInodes()

@@ -66,12 +66,13 @@ var (
 // its own.
 func measuredHome(t *testing.T) string {
 	t.Helper()
+	testhosts.EndToEnd(t)
 	probeOnce.Do(func() {
 		probeTmpl = filepath.Join(binDir(), "measured-home")
 		if probeErr = os.MkdirAll(probeTmpl, 0o700); probeErr != nil {
 			return
 		}
-		cmd := exec.Command(posternBin, "machine", "probe-confinement", "--json")
+		cmd := exec.Command(binFor(t), "machine", "probe-confinement", "--json")
 		cmd.Env = append(curlEnv(), "POSTERN_HOME="+probeTmpl)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
@@ -159,6 +160,7 @@ type result struct {
 // exec runs postern to completion (at most 60s).
 func (p poster) exec(t *testing.T, args ...string) result {
 	t.Helper()
+	testhosts.EndToEnd(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := p.command(ctx, args...)

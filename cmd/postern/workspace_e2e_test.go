@@ -34,7 +34,7 @@ func (c *controller) posternIn(t testing.TB, dir string, args ...string) (stdout
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, posternBin, args...)
+	cmd := exec.CommandContext(ctx, binFor(t), args...)
 	cmd.Dir = dir
 	cmd.Env = c.env()
 	return runToEnd(t, cmd)
