@@ -146,15 +146,11 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	if err != nil {
 		return nil, &PolicyError{err}
 	}
-	m, err := store.Machine(spec.Machine)
+	m, rec, err := store.MachineAndRecord(spec.Machine)
 	if err != nil {
 		if errors.Is(err, records.ErrNotFound) {
 			return nil, fmt.Errorf("machine %q is not known: add it with 'postern machine add %s --ssh DEST', or use --machine local", spec.Machine, spec.Machine)
 		}
-		return nil, err
-	}
-	rec, err := store.Record(m.Name)
-	if err != nil && !errors.Is(err, records.ErrNotFound) {
 		return nil, err
 	}
 	goos := ""

@@ -242,6 +242,39 @@ func (s *Store) Record(name string) (*rung.Record, error) {
 	return &rec, nil
 }
 
+// MachineAndRecord returns the machine name and its probe record (nil when
+// it was never measured), read in one transaction: what a run reads before
+// it chooses its carry.
+func (s *Store) MachineAndRecord(name string) (machine.Machine, *rung.Record, error) {
+	var (
+		m        machine.Machine
+		rec      rung.Record
+		measured bool
+	)
+	err := s.view(func(tx *bolt.Tx) error {
+		err := s.getJSON(tx, bucketMachines, name, &m)
+		if errors.Is(err, ErrNotFound) && name == machine.Local {
+			m, err = machine.LocalMachine(), nil
+		}
+		if err != nil {
+			return err
+		}
+		err = s.getJSON(tx, bucketProbes, m.Name, &rec)
+		if errors.Is(err, ErrNotFound) {
+			return nil
+		}
+		measured = err == nil
+		return err
+	})
+	if err != nil {
+		return machine.Machine{}, nil, err
+	}
+	if !measured {
+		return m, nil, nil
+	}
+	return m, &rec, nil
+}
+
 // PutRun creates or replaces a run record, durably. When the records'
 // filesystem is full, the room kept in reserve for this is given back and the
 // write tried once more: a run's record outlasts its events.
