@@ -46,6 +46,10 @@ type message struct {
 	// Status is the command's exit status, sent with Ending once every
 	// other process of the run has been reaped (the init is pid 1).
 	Status *int `json:"status,omitempty"`
+	// PidMaxErr, with ready, says why the init could not set its pid
+	// namespace's pid_max (initConfig.PidMax); the host then holds the run
+	// with a cgroup.
+	PidMaxErr string `json:"pid_max_error,omitempty"`
 }
 
 type initConfig struct {
@@ -59,6 +63,9 @@ type initConfig struct {
 	NoNetwork bool   `json:"no_network,omitempty"`
 	TTY       bool   `json:"tty"`
 	Layout    layout `json:"layout"`
+	// PidMax, when set, is the pid_max the init gives the run's pid
+	// namespace: the run's pids limit plus one (pids_linux.go).
+	PidMax int `json:"pid_max,omitempty"`
 	// NProc, when set, is the RLIMIT_NPROC the command starts with: the
 	// run's pids limit where no cgroup holds it.
 	NProc uint64 `json:"nproc,omitempty"`

@@ -492,6 +492,51 @@ func TestWallFiles(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("pids-limit-pid-max", func(t *testing.T) {
+		// Where the only pids hierarchy is cgroup v1 and the kernel has a
+		// pid_max of each pid namespace's own (6.14), the run's own pid_max
+		// holds it, with no cgroup to move into: 500 processes asked for,
+		// at most the limit at once, as with a cgroup.
+		const limit = 320
+		v1, v2, err := cgroupMounts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		own, err := ownCgroups()
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, v1pids := own["pids"]
+		usesPidMax := v1 != "" && v1pids && pidMaxHolds(limit) && !v2HasPids(v2, own[""])
+		var holder string
+		var hadCgroup bool
+		r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testForkArg, "500"}, PidsLimit: limit}, func(w *Wall) {
+			holder = w.PidsLimit()
+			hadCgroup = w.pids != nil
+		})
+		t.Logf("held by %s: %s", holder, r.stdout)
+		var started, procs int
+		if _, err := fmt.Sscanf(r.stdout, "started=%d procs=%d", &started, &procs); err != nil || r.code != 0 {
+			t.Fatalf("exit %d, %q: %v", r.code, r.stdout, err)
+		}
+		if started >= 500 || procs > limit || procs < limit/2 {
+			t.Errorf("the run started %d of 500 processes and had %d at once, with a limit of %d (%s)", started, procs, limit, holder)
+		}
+		if usesPidMax && (hadCgroup || !strings.Contains(holder, "pid_max")) {
+			t.Errorf("on cgroup v1 with a kernel of per-namespace pid_max, the run should be held by its pid_max, not a cgroup: %s", holder)
+		}
+	})
+}
+
+// v2HasPids says whether a cgroup v2 cgroup under own (this process's v2
+// path) would get the pids controller, as newPidsCgroup's first choice.
+func v2HasPids(v2, own string) bool {
+	if v2 == "" {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(v2, own, "cgroup.subtree_control"))
+	return err == nil && slices.Contains(strings.Fields(string(b)), "pids")
 }
 
 // TestInitStartsInItsCgroup starts the wall's init straight into a cgroup v2

@@ -7,7 +7,9 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -48,13 +50,30 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 	}
 	cfg := *m.Config
 
+	// The run and the init share its pids limit: once the run has filled
+	// it, a thread the Go runtime then made for the init would fail, and
+	// take the init, so the whole run, with it. The init makes its spare
+	// threads while it sets the wall up.
+	spare := make(chan struct{})
+	go func() {
+		defer close(spare)
+		reserveThreads(spareThreads)
+	}()
+	ready := message{Type: msgReady}
+	if cfg.PidMax > 0 {
+		// Before the command or anything of the run starts: the limit
+		// holds the run from its first fork.
+		if err := setPidMax(cfg.PidMax); err != nil {
+			ready.PidMaxErr = err.Error()
+		}
+	}
 	files, view, werr := setup(cfg)
 	if werr != nil {
 		_ = ctl.send(message{Type: msgError, Err: werr})
 		return exitInitFailed
 	}
 	defer view.close()
-	err = ctl.send(message{Type: msgReady}, files...)
+	err = ctl.send(ready, files...)
 	for _, f := range files {
 		f.Close()
 	}
@@ -86,6 +105,7 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: fmt.Sprintf("make the init not dumpable: %v", err)}})
 		return exitInitFailed
 	}
+	<-spare
 	pid, notify, err := startCommand(cfg, tty)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
@@ -604,4 +624,31 @@ func startCommand(cfg initConfig, tty *runTerminal) (int, *os.File, error) {
 		notify = recvConnectNotify(mine, 10*time.Second)
 	}
 	return pid, notify, nil
+}
+
+// spareThreads is how many idle threads the init keeps for its goroutines'
+// blocking system calls (its reaper, control socket, signals, terminal).
+const spareThreads = 8
+
+// reserveThreads has the runtime make n threads of the process and keep
+// them idle: n goroutines each hold a thread of their own at once, then
+// give it back. The runtime never ends an idle thread and takes one before
+// it makes a new one.
+func reserveThreads(n int) {
+	var held, done sync.WaitGroup
+	held.Add(n)
+	done.Add(n)
+	release := make(chan struct{})
+	for range n {
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			held.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	held.Wait()
+	close(release)
+	done.Wait()
 }

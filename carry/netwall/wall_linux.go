@@ -61,6 +61,9 @@ type Wall struct {
 	pidsDone chan struct{}
 	pids     *pidsCgroup // the run's cgroup, if it has one
 	pidsDesc string      // what holds the run's pids (PidsLimit)
+	// pidMaxErr is what the init said of the run's pid_max, where it is to
+	// hold the run: "" set.
+	pidMaxErr string
 	// ending is what the init said became of the run's writes; endRead is
 	// closed once the control socket has nothing more to say.
 	ending  *Ending
@@ -164,11 +167,22 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
 	}
 	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
-	go w.holdPids(cg, why, limit, cfg.NProc > 0)
+	var pidMax chan string
+	if why == pidMaxInstead {
+		cfg.PidMax = limit + 1
+		pidMax = make(chan string, 1)
+	}
+	go w.holdPids(cg, why, limit, cfg.NProc > 0, pidMax)
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
 	lis, err := w.handshake(ctx, cfg)
+	if pidMax != nil {
+		if err == nil {
+			pidMax <- w.pidMaxErr
+		}
+		close(pidMax) // before Close, which waits for holdPids
+	}
 	if err != nil {
 		w.Close()
 		return nil, err
@@ -208,8 +222,29 @@ func (w *Wall) reap() {
 // (why). The init waits for its configuration before it starts anything, and
 // the command waits for Start, which waits for this. rlimit says RLIMIT_NPROC
 // holds the run too.
-func (w *Wall) holdPids(cg *pidsCgroup, why string, limit int, rlimit bool) {
+//
+// pidMax, where the run's pid namespace's pid_max is to hold it, gives what
+// the init answered: "" it is set, else why not, and the run gets a cgroup
+// v1 instead; closed with nothing, the wall went no further.
+func (w *Wall) holdPids(cg *pidsCgroup, why string, limit int, rlimit bool, pidMax <-chan string) {
 	defer close(w.pidsDone)
+	if pidMax != nil {
+		perr, ok := <-pidMax
+		if !ok {
+			return
+		}
+		if perr == "" {
+			w.pidsDesc = fmt.Sprintf("%d tasks at most (the run's pid namespace's pid_max; fewer once its pids have wrapped, from 300 up)", limit)
+			w.logger.Debug("wall pids limit", "pid", w.cmd.Process.Pid, "held_by", w.pidsDesc)
+			return
+		}
+		why = "set pid_max in the run's pid namespace: " + perr
+		c, err := newV1PidsCgroup(limit)
+		if err != nil {
+			why += "; " + err.Error()
+		}
+		cg = c
+	}
 	if cg != nil && cg.version == 1 {
 		if err := cg.add(w.cmd.Process.Pid); err != nil {
 			cg.remove()
@@ -300,6 +335,9 @@ func (w *Wall) initGone(ctx context.Context, err error) error {
 
 func (w *Wall) handshake(ctx context.Context, cfg initConfig) (door.Listeners, error) {
 	reply, files, err := w.exchange(ctx, message{Type: msgConfig, Config: &cfg})
+	if err == nil {
+		w.pidMaxErr = reply.PidMaxErr
+	}
 	if err != nil {
 		return door.Listeners{}, err
 	}

@@ -9,11 +9,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/postern-dev/postern/internal/testhosts"
 )
@@ -365,6 +368,16 @@ func TestWallPidsLimit(t *testing.T) {
 	if r := p.exec(t, "run", "--", "true"); r.Code != 0 || r.Took > 10*time.Second {
 		t.Errorf("the next run: exit %d after %s: %s", r.Code, r.Took, r.Stderr)
 	}
+	// The default limit, where the host's only pids hierarchy is cgroup v1
+	// and its kernel has a pid_max of each pid namespace's own: the run's
+	// pid namespace numbers its tasks up to 4096, and the run cannot raise
+	// it.
+	if onlyCgroupV1Pids(t) && kernelAtLeast(t, 6, 14) {
+		w := p.run(t, nil, `cat /proc/sys/kernel/pid_max; echo 99999 > /proc/sys/kernel/pid_max 2>/dev/null && echo RAISED; cat /proc/sys/kernel/pid_max`)
+		if got := strings.Fields(w.Stdout); len(got) != 2 || got[0] != "4097" || got[1] != "4097" {
+			t.Errorf("the run's pid_max, then after it tried to raise it: %q, want 4097 twice\n%s", w.Stdout, w)
+		}
+	}
 	if r := p.exec(t, "run", "--pids-limit", "3", "--", "true"); r.Code != 2 || !strings.Contains(r.Stderr, "--pids-limit 3: give at least 16") {
 		t.Errorf("--pids-limit 3: exit %d, %q", r.Code, r.Stderr)
 	}
@@ -507,4 +520,34 @@ func TestWallRefusesAWritablePlaceOverTheRecords(t *testing.T) {
 	if r.Code != 2 || !strings.Contains(r.Stderr, want) {
 		t.Errorf("exit %d, stderr %q; want exit 2 and %q", r.Code, r.Stderr, want)
 	}
+}
+
+// onlyCgroupV1Pids says whether this machine's pids controller is on a cgroup
+// v1 hierarchy (then none is on v2).
+func onlyCgroupV1Pids(t *testing.T) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if parts := strings.SplitN(l, ":", 3); len(parts) == 3 && parts[0] != "0" && slices.Contains(strings.Split(parts[1], ","), "pids") {
+			return true
+		}
+	}
+	return false
+}
+
+// kernelAtLeast says whether this machine's kernel is major.minor or later.
+func kernelAtLeast(t *testing.T, major, minor int) bool {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	var ma, mi int
+	if _, err := fmt.Sscanf(unix.ByteSliceToString(u.Release[:]), "%d.%d", &ma, &mi); err != nil {
+		t.Fatalf("kernel release %q: %v", u.Release, err)
+	}
+	return ma > major || (ma == major && mi >= minor)
 }
