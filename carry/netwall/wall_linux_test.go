@@ -396,8 +396,14 @@ func TestWall(t *testing.T) {
 
 	t.Run("background-processes-die", func(t *testing.T) {
 		var pidns string
-		r := runSpec(t, Spec{Command: []string{"sh", "-c", "sleep 1000 & sleep 1000 & echo started"}}, func(w *Wall) {
+		// The command waits for the namespace to be read: ended, the init
+		// could be gone before.
+		dir := t.TempDir()
+		r := runSpec(t, Spec{Dir: dir, Command: []string{"sh", "-c", "sleep 1000 & sleep 1000 & while [ ! -e go ]; do sleep 0.01; done; echo started"}}, func(w *Wall) {
 			pidns, _ = os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", w.Pid()))
+			if err := os.WriteFile(filepath.Join(dir, "go"), nil, 0o644); err != nil {
+				t.Error(err)
+			}
 		})
 		if r.code != 0 || r.stdout != "started" {
 			t.Fatalf("exit %d, %q", r.code, r.stdout)

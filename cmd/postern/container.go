@@ -17,15 +17,13 @@ import (
 // entrypoint, runs under this hidden first argument as the container's pid 1.
 
 func init() {
-	buildCommands = append(buildCommands, func() {
-		reexecs[container.InitArg] = func(args []string) int {
-			sigs := make(chan os.Signal, 8)
-			signal.Notify(sigs, forwardedSignals...)
-			// SIGINT and SIGTERM are the command's to handle: the harness passes
-			// them on instead of stopping.
-			return container.Init(context.Background(), args, sigs, os.Stderr)
-		}
-	})
+	reexecs[container.InitArg] = func(args []string) int {
+		sigs := make(chan os.Signal, 8)
+		signal.Notify(sigs, forwardedSignals...)
+		// SIGINT and SIGTERM are the command's to handle: the harness passes
+		// them on instead of stopping.
+		return container.Init(context.Background(), args, sigs, os.Stderr)
+	}
 }
 
 // checkContainerFlags refuses --engine and --container-network without
