@@ -529,6 +529,50 @@ func TestWallFiles(t *testing.T) {
 	})
 }
 
+// TestPidMaxRefusedFallsBackToACgroup: where the init cannot set its pid
+// namespace's pid_max, the run is held by a cgroup v1 of its own, moved into
+// before the command starts, as before pid_max.
+func TestPidMaxRefusedFallsBackToACgroup(t *testing.T) {
+	requireRoot(t)
+	const limit = 320
+	v1, _, err := cgroupMounts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := ownCgroups()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := own["pids"]; v1 == "" || !ok || !pidMaxHolds(limit) {
+		t.Skipf("pid_max does not hold runs here (cgroup v1 pids %q, kernel before 6.14, or cgroup v2)", v1)
+	}
+	defer func(f func(int) int) { pidMaxFor = f }(pidMaxFor)
+	pidMaxFor = func(int) int { return 1 } // below the kernel's least, 301
+	var holder, cgroupDir string
+	r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testForkArg, "500"}, PidsLimit: limit}, func(w *Wall) {
+		holder = w.PidsLimit()
+		if w.pids != nil {
+			cgroupDir = w.pids.dir
+		}
+	})
+	t.Logf("held by %s: %s", holder, r.stdout)
+	var started, procs int
+	if _, err := fmt.Sscanf(r.stdout, "started=%d procs=%d", &started, &procs); err != nil || r.code != 0 {
+		t.Fatalf("exit %d, %q: %v", r.code, r.stdout, err)
+	}
+	if cgroupDir == "" || !strings.Contains(holder, "cgroup v1") {
+		t.Errorf("with pid_max refused, the run should be held by a cgroup v1 of its own: %s", holder)
+	}
+	if started >= 500 || procs > limit || procs < limit/2 {
+		t.Errorf("the run started %d of 500 processes and had %d at once, with a limit of %d (%s)", started, procs, limit, holder)
+	}
+	if cgroupDir != "" {
+		if _, err := os.Stat(cgroupDir); err == nil {
+			t.Errorf("the run's cgroup %s is still there after it", cgroupDir)
+		}
+	}
+}
+
 // v2HasPids says whether a cgroup v2 cgroup under own (this process's v2
 // path) would get the pids controller, as newPidsCgroup's first choice.
 func v2HasPids(v2, own string) bool {

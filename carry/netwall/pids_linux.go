@@ -103,6 +103,11 @@ func pidMaxHolds(limit int) bool {
 	return limit+1 >= minPidMax && kernelAtLeast(6, 14)
 }
 
+// pidMaxFor is the pid_max that holds a run to limit tasks: its pid
+// namespace numbers them 1 to limit. (A variable: a test gives one the
+// kernel refuses, to see the run held by a cgroup instead.)
+var pidMaxFor = func(limit int) int { return limit + 1 }
+
 // minPidMax is the least pid_max the kernel takes (RESERVED_PIDS + 1).
 const minPidMax = 301
 

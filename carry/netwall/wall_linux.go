@@ -169,7 +169,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
 	var pidMax chan string
 	if why == pidMaxInstead {
-		cfg.PidMax = limit + 1
+		cfg.PidMax = pidMaxFor(limit)
 		pidMax = make(chan string, 1)
 	}
 	go w.holdPids(cg, why, limit, cfg.NProc > 0, pidMax)
