@@ -242,7 +242,7 @@ func (s *Store) Record(name string) (*rung.Record, error) {
 	return &rec, nil
 }
 
-// MachineAndRecord returns the machine name and its probe record (nil when
+// MachineAndRecord returns the machine called name and its probe record (nil when
 // it was never measured), read in one transaction: what a run reads before
 // it chooses its carry.
 func (s *Store) MachineAndRecord(name string) (machine.Machine, *rung.Record, error) {

@@ -496,22 +496,14 @@ func TestWallFiles(t *testing.T) {
 	t.Run("pids-limit-pid-max", func(t *testing.T) {
 		// Where the only pids hierarchy is cgroup v1 and the kernel has a
 		// pid_max of each pid namespace's own (6.14), the run's own pid_max
-		// holds it, with no cgroup to move into: 500 processes asked for,
-		// at most the limit at once, as with a cgroup.
-		const limit = 320
-		v1, v2, err := cgroupMounts()
-		if err != nil {
-			t.Fatal(err)
-		}
-		own, err := ownCgroups()
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, v1pids := own["pids"]
-		usesPidMax := v1 != "" && v1pids && pidMaxHolds(limit) && !v2HasPids(v2, own[""])
+		// holds it, with no cgroup to move into. In a fresh namespace: 1500
+		// processes asked for, at most the limit and the 299 more its pids
+		// allow before they first wrap.
+		const limit = 1024
+		usesPidMax := pidMaxUsedHere(t, limit)
 		var holder string
 		var hadCgroup bool
-		r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testForkArg, "500"}, PidsLimit: limit}, func(w *Wall) {
+		r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testForkArg, "1500"}, PidsLimit: limit}, func(w *Wall) {
 			holder = w.PidsLimit()
 			hadCgroup = w.pids != nil
 		})
@@ -520,22 +512,40 @@ func TestWallFiles(t *testing.T) {
 		if _, err := fmt.Sscanf(r.stdout, "started=%d procs=%d", &started, &procs); err != nil || r.code != 0 {
 			t.Fatalf("exit %d, %q: %v", r.code, r.stdout, err)
 		}
-		if started >= 500 || procs > limit || procs < limit/2 {
-			t.Errorf("the run started %d of 500 processes and had %d at once, with a limit of %d (%s)", started, procs, limit, holder)
+		if started >= 1500 || procs > limit+pidsReserved-1 || procs < limit/2 {
+			t.Errorf("the run started %d of 1500 processes and had %d at once, with a limit of %d (%s)", started, procs, limit, holder)
 		}
 		if usesPidMax && (hadCgroup || !strings.Contains(holder, "pid_max")) {
 			t.Errorf("on cgroup v1 with a kernel of per-namespace pid_max, the run should be held by its pid_max, not a cgroup: %s", holder)
 		}
 	})
+
+	t.Run("pids-limit-pid-max-after-wrap", func(t *testing.T) {
+		// Once the run's pids have wrapped (1500 processes one after the
+		// other), the kernel hands out only those from 300 up: the run can
+		// still hold its limit at once (less its own threads), and no more
+		// than the 299 over it.
+		const limit = 1024
+		if !pidMaxUsedHere(t, limit) {
+			t.Skip("the run's pid_max does not hold it here")
+		}
+		r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testWrapArg, "1500", "1300"}, PidsLimit: limit}, nil)
+		var started, procs int
+		if _, err := fmt.Sscanf(r.stdout, "started=%d procs=%d", &started, &procs); err != nil || r.code != 0 {
+			t.Fatalf("exit %d, %q: %v", r.code, r.stdout, err)
+		}
+		t.Logf("after the wrap: started=%d procs=%d", started, procs)
+		if started >= 1300 || procs > limit+pidsReserved-1 || started < limit-64 {
+			t.Errorf("after its pids wrapped the run started %d of 1300 processes and had %d at once, with a limit of %d", started, procs, limit)
+		}
+	})
 }
 
-// TestPidMaxRefusedFallsBackToACgroup: where the init cannot set its pid
-// namespace's pid_max, the run is held by a cgroup v1 of its own, moved into
-// before the command starts, as before pid_max.
-func TestPidMaxRefusedFallsBackToACgroup(t *testing.T) {
-	requireRoot(t)
-	const limit = 320
-	v1, _, err := cgroupMounts()
+// pidMaxUsedHere says whether the run's pid_max holds a run limited to limit
+// on this machine: cgroup v1 pids, no cgroup v2 with pids, Linux 6.14.
+func pidMaxUsedHere(t *testing.T, limit int) bool {
+	t.Helper()
+	v1, v2, err := cgroupMounts()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,13 +553,23 @@ func TestPidMaxRefusedFallsBackToACgroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := own["pids"]; v1 == "" || !ok || !pidMaxHolds(limit) {
-		t.Skipf("pid_max does not hold runs here (cgroup v1 pids %q, kernel before 6.14, or cgroup v2)", v1)
+	_, v1pids := own["pids"]
+	return v1 != "" && v1pids && pidMaxHolds(limit+spareThreads) && !v2HasPids(v2, own[""])
+}
+
+// TestPidMaxRefusedFallsBackToACgroup: where the init cannot set its pid
+// namespace's pid_max, the run is held by a cgroup v1 of its own, moved into
+// before the command starts, as before pid_max.
+func TestPidMaxRefusedFallsBackToACgroup(t *testing.T) {
+	requireRoot(t)
+	const limit = 1024
+	if !pidMaxUsedHere(t, limit) {
+		t.Skip("the run's pid_max does not hold runs here (cgroup v2 pids, or a kernel before 6.14)")
 	}
 	defer func(f func(int) int) { pidMaxFor = f }(pidMaxFor)
 	pidMaxFor = func(int) int { return 1 } // below the kernel's least, 301
 	var holder, cgroupDir string
-	r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testForkArg, "500"}, PidsLimit: limit}, func(w *Wall) {
+	r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testForkArg, "1200"}, PidsLimit: limit}, func(w *Wall) {
 		holder = w.PidsLimit()
 		if w.pids != nil {
 			cgroupDir = w.pids.dir
@@ -563,8 +583,8 @@ func TestPidMaxRefusedFallsBackToACgroup(t *testing.T) {
 	if cgroupDir == "" || !strings.Contains(holder, "cgroup v1") {
 		t.Errorf("with pid_max refused, the run should be held by a cgroup v1 of its own: %s", holder)
 	}
-	if started >= 500 || procs > limit || procs < limit/2 {
-		t.Errorf("the run started %d of 500 processes and had %d at once, with a limit of %d (%s)", started, procs, limit, holder)
+	if started >= 1200 || procs > limit || procs < limit/2 {
+		t.Errorf("the run started %d of 1200 processes and had %d at once, with a limit of %d (%s)", started, procs, limit, holder)
 	}
 	if cgroupDir != "" {
 		if _, err := os.Stat(cgroupDir); err == nil {

@@ -20,15 +20,17 @@ import (
 //     (cgroup v1's pids hierarchy, or v2 with the pids controller enabled
 //     where the run's cgroup goes). It counts every task of the run, root or
 //     not, and goes when the run does;
-//   - where the only such cgroup is a cgroup v1 one, by the run's own pid
-//     namespace's pid_max (Linux 6.14 and later), which its init sets before
-//     the command starts: the namespace numbers its tasks 1 to limit, so no
-//     more than limit are alive at once (once its numbers have wrapped, the
-//     kernel hands out only those from 300 up, and the run holds fewer).
-//     Moving a process into a cgroup v1 waits for an RCU grace period, 7 to
-//     18 ms measured on an idle machine, which every run would wait for
-//     before its command starts; pid_max costs one write. Limits below 300
-//     (the kernel's least pid_max is 301) keep the cgroup;
+//   - where the only such cgroup is a cgroup v1 one, the kernel is 6.14 or
+//     later and the limit is pidMaxLeast or more, by the run's own pid
+//     namespace's pid_max, which its init sets before the command starts, to
+//     the limit plus 300: once the namespace's numbers have wrapped, the
+//     kernel hands out only those from 300 up, so the run can always hold
+//     limit tasks at once, and before they first wrap it may hold up to 299
+//     more. Moving a process into a cgroup v1 waits for an RCU grace period,
+//     7 to 18 ms measured on an idle machine, which every run would wait for
+//     before its command starts; pid_max costs one write. Smaller limits,
+//     where 299 more would be much more, older kernels, and an init whose
+//     write is refused keep the cgroup v1;
 //   - else by RLIMIT_NPROC, set before the command starts. Since Linux 5.14 it
 //     counts the processes of the run's uid in the run's own user namespace,
 //     so it is the run's alone; before, it counts all the user's processes on
@@ -75,7 +77,10 @@ func newPidsCgroup(limit int) (*pidsCgroup, string) {
 		}
 	}
 	if v1 != "" {
-		if _, ok := own["pids"]; ok && pidMaxHolds(limit) {
+		if p, ok := own["pids"]; ok && pidMaxHolds(limit) {
+			// No cgroup of its own: what runs killed with postern left
+			// empty goes all the same.
+			sweepCgroups(filepath.Join(v1, p))
 			return nil, pidMaxInstead
 		}
 		if p, ok := own["pids"]; ok {
@@ -96,20 +101,24 @@ func newPidsCgroup(limit int) (*pidsCgroup, string) {
 // pid_max is to hold it rather than a cgroup v1 of its own.
 const pidMaxInstead = "pid_max instead of a cgroup v1"
 
-// pidMaxHolds says whether the run's pid namespace's pid_max can hold limit
-// here: Linux 6.14 made pid_max a pid namespace's own, and its least value
-// is 301.
+// pidMaxHolds says whether the run's pid namespace's pid_max is to hold
+// limit here: Linux 6.14 made pid_max a pid namespace's own.
 func pidMaxHolds(limit int) bool {
-	return limit+1 >= minPidMax && kernelAtLeast(6, 14)
+	return limit >= pidMaxLeast && kernelAtLeast(6, 14)
 }
 
-// pidMaxFor is the pid_max that holds a run to limit tasks: its pid
-// namespace numbers them 1 to limit. (A variable: a test gives one the
-// kernel refuses, to see the run held by a cgroup instead.)
-var pidMaxFor = func(limit int) int { return limit + 1 }
+// pidMaxLeast is the least limit pid_max holds: the up to 299 tasks more a
+// run may have before its pids first wrap are at most 30% of it.
+const pidMaxLeast = 1000
 
-// minPidMax is the least pid_max the kernel takes (RESERVED_PIDS + 1).
-const minPidMax = 301
+// pidsReserved is the kernel's RESERVED_PIDS: once a pid namespace's
+// numbers have wrapped, it hands out only those from here up.
+const pidsReserved = 300
+
+// pidMaxFor is the pid_max that holds a run to limit tasks once its pids
+// have wrapped: the numbers from pidsReserved up to it. (A variable: a test
+// gives one the kernel refuses, to see the run held by a cgroup instead.)
+var pidMaxFor = func(limit int) int { return limit + pidsReserved }
 
 // kernelAtLeast says whether the running kernel's release is major.minor or
 // later.

@@ -23,6 +23,7 @@ const (
 	testFdsArg   = "__test-fds"   // print the open descriptors, opening none
 	testSetIDArg = "__test-setid" // DIR: try every way to make a setuid or setgid file there, print what happened
 	testForkArg  = "__test-fork"  // N: start N sleeping children, print how many started and the processes there are
+	testWrapArg  = "__test-wrap"  // N K: run N children one after another, then do as testForkArg K
 )
 
 func TestMain(m *testing.M) {
@@ -48,6 +49,16 @@ func TestMain(m *testing.M) {
 		case testForkArg:
 			n, _ := strconv.Atoi(os.Args[2])
 			os.Exit(testFork(n))
+		case testWrapArg:
+			n, _ := strconv.Atoi(os.Args[2])
+			k, _ := strconv.Atoi(os.Args[3])
+			for range n {
+				if pid, err := syscall.ForkExec("/bin/true", []string{"true"}, &syscall.ProcAttr{}); err == nil {
+					var ws syscall.WaitStatus
+					syscall.Wait4(pid, &ws, 0, nil)
+				}
+			}
+			os.Exit(testFork(k))
 		}
 	}
 	os.Exit(m.Run())

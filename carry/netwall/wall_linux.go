@@ -128,15 +128,19 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if limit <= 0 {
 		limit = DefaultPidsLimit
 	}
+	// What holds the run counts the init's spare threads too (see
+	// reserveThreads): they are the init's, not the run's share.
+	held := limit + spareThreads
 	if os.Geteuid() != 0 {
 		// Held by RLIMIT_NPROC too, whatever becomes of the cgroup.
-		cfg.NProc = uint64(limit)
+		cfg.NProc = uint64(held)
 	}
 
 	// Where the run's cgroup is a cgroup v2 one, the init starts in it
 	// (CLONE_INTO_CGROUP); a cgroup v1 one it is moved into beside the
-	// handshake, moving taking milliseconds there (v1 waits for RCU).
-	cg, why := newPidsCgroup(limit)
+	// handshake, moving taking milliseconds there (v1 waits for RCU), unless
+	// the run's own pid_max holds it.
+	cg, why := newPidsCgroup(held)
 	cgroupFD := -1
 	if cg != nil && cg.version == 2 {
 		if cgroupFD, err = unix.Open(cg.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
@@ -169,10 +173,10 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
 	var pidMax chan string
 	if why == pidMaxInstead {
-		cfg.PidMax = pidMaxFor(limit)
+		cfg.PidMax = pidMaxFor(held)
 		pidMax = make(chan string, 1)
 	}
-	go w.holdPids(cg, why, limit, cfg.NProc > 0, pidMax)
+	go w.holdPids(cg, why, limit, held, cfg.NProc > 0, pidMax)
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
@@ -218,15 +222,16 @@ func (w *Wall) reap() {
 }
 
 // holdPids puts the init, and so all of the run, in cg, a cgroup of its own
-// limited to limit tasks, unless it started there (cgroup v2) or there is none
-// (why). The init waits for its configuration before it starts anything, and
+// limited to held tasks (limit, the run's, and the init's spare threads),
+// unless it started there (cgroup v2), the run's pid_max holds it, or there
+// is none (why). The init waits for its configuration before it starts anything, and
 // the command waits for Start, which waits for this. rlimit says RLIMIT_NPROC
 // holds the run too.
 //
 // pidMax, where the run's pid namespace's pid_max is to hold it, gives what
 // the init answered: "" it is set, else why not, and the run gets a cgroup
 // v1 instead; closed with nothing, the wall went no further.
-func (w *Wall) holdPids(cg *pidsCgroup, why string, limit int, rlimit bool, pidMax <-chan string) {
+func (w *Wall) holdPids(cg *pidsCgroup, why string, limit, held int, rlimit bool, pidMax <-chan string) {
 	defer close(w.pidsDone)
 	if pidMax != nil {
 		perr, ok := <-pidMax
@@ -234,12 +239,12 @@ func (w *Wall) holdPids(cg *pidsCgroup, why string, limit int, rlimit bool, pidM
 			return
 		}
 		if perr == "" {
-			w.pidsDesc = fmt.Sprintf("%d tasks at most (the run's pid namespace's pid_max; fewer once its pids have wrapped, from 300 up)", limit)
+			w.pidsDesc = fmt.Sprintf("%d tasks (the run's pid namespace's pid_max, %d; up to %d more before its pids first wrap)", limit, held+pidsReserved, pidsReserved-1)
 			w.logger.Debug("wall pids limit", "pid", w.cmd.Process.Pid, "held_by", w.pidsDesc)
 			return
 		}
 		why = "set pid_max in the run's pid namespace: " + perr
-		c, err := newV1PidsCgroup(limit)
+		c, err := newV1PidsCgroup(held)
 		if err != nil {
 			why += "; " + err.Error()
 		}
@@ -407,8 +412,9 @@ func (w *Wall) Start(ctx context.Context) error {
 	return nil
 }
 
-// PidsLimit says what holds the run's processes and threads: its cgroup,
-// RLIMIT_NPROC, or, for root with no cgroup, nothing.
+// PidsLimit says what holds the run's processes and threads: its cgroup, its
+// pid namespace's pid_max, RLIMIT_NPROC, or, for root with none of them,
+// nothing.
 func (w *Wall) PidsLimit() string {
 	<-w.pidsDone
 	return w.pidsDesc
