@@ -217,6 +217,13 @@ func sockaddrDest(b []byte) (netip.AddrPort, bool) {
 // the run is gone, or stop is closed (its write end): each connect goes on;
 // one to a TCP port outside allowed is sent to out (dropped when out is
 // full) before it does.
+//
+// Once it returns, the descriptor is closed, and the kernel fails every
+// later connect(2) of the run with ENOSYS: a user-notification filter with
+// no listener answers so. It returns only when no process of the run is
+// left, when Close stops it after the run, or when the notification
+// interface itself fails; a run that then cannot connect at all fails
+// closed, where going on would leave its refusals unrecorded.
 func watchConnects(f, stop *os.File, allowed map[uint16]bool, out chan<- netip.AddrPort) {
 	defer close(out)
 	defer f.Close()
