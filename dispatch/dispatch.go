@@ -24,6 +24,7 @@ import (
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/door/event"
 	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/internal/kernel"
 	"github.com/postern-dev/postern/internal/procstat"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/probe"
@@ -200,15 +201,15 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 			return nil, err
 		}
 	}
-	kernel := ""
+	release := ""
 	if m.IsLocal() {
-		kernel = kernelRelease()
+		release = kernel.Release()
 	}
 	// The carriers this binary has; their own settings are made on the one
 	// chosen, once the run gets that far (walled.go).
 	ct := &container.Carrier{Image: spec.Container.Image}
 	carriers := []carry.Carrier{&netwall.Carrier{}, &seatbelt.Carrier{}, ct}
-	carrier, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, EgressOpen: spec.EgressOpen, Kernel: kernel,
+	carrier, err := carry.Choose(rec, carry.Spec{Machine: m.Name, Lane: run.Lane, EgressOpen: spec.EgressOpen, Kernel: release,
 		NoNetwork: noNetwork || spec.Container.Network == ContainerNetworkNone, Carriers: carriers})
 	if err != nil {
 		return refuse(store, run, err)

@@ -1,18 +1,8 @@
 package dispatch
 
 import (
-	"golang.org/x/sys/unix"
-
 	"github.com/postern-dev/postern/internal/procstat"
 )
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
-}
 
 // Alive reports whether the controller recorded in a run is still running.
 func controllerAlive(pid int, start uint64) bool {

@@ -9,8 +9,6 @@ import (
 	"net"
 	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // A probe child proves it reached the door by a line of hello, which the
@@ -51,12 +49,4 @@ func answerHello(c net.Conn) error {
 	}
 	_, err = fmt.Fprintln(c, probeOK)
 	return err
-}
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
 }

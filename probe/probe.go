@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/postern-dev/postern/internal/kernel"
 	"github.com/postern-dev/postern/probe/rung"
 )
 
@@ -54,7 +55,7 @@ func Run(ctx context.Context, opts Options) (*Record, error) {
 		Name:       opts.Name,
 		OS:         runtime.GOOS,
 		Arch:       runtime.GOARCH,
-		Kernel:     kernelRelease(),
+		Kernel:     kernel.Release(),
 		OSVersion:  osVersion(),
 		Version:    opts.Version,
 		User:       whoami(),

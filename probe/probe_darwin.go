@@ -16,6 +16,7 @@ import (
 
 	"github.com/postern-dev/postern/carry/seatbelt"
 	"github.com/postern-dev/postern/door/policy"
+	"github.com/postern-dev/postern/internal/kernel"
 )
 
 // On macOS the Linux rungs answer no, and the seatbelt rung performs the act.
@@ -52,7 +53,7 @@ type seatbeltReport struct {
 // the other two to be denied.
 func measureSeatbelt(ctx context.Context) Rung {
 	ver := osVersion()
-	macOS := "macOS " + ver + " (Darwin " + kernelRelease() + ")"
+	macOS := "macOS " + ver + " (Darwin " + kernel.Release() + ")"
 	if _, err := os.Stat(seatbelt.SandboxExec); err != nil {
 		return no(fmt.Sprintf("%s: %v", macOS, err), "sandbox-exec ships with macOS at "+seatbelt.SandboxExec+"; a system without it cannot give the connect door")
 	}

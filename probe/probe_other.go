@@ -13,8 +13,6 @@ func rungs() []measurement {
 	return notLinuxRungs(RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungLandlock, RungOverlay)
 }
 
-func kernelRelease() string { return "" }
-
 func osVersion() string { return "" }
 
 // ChildMain has no children to run off Linux.

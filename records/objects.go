@@ -162,7 +162,18 @@ func (s *Store) PutMachine(m machine.Machine) error {
 // Machine returns the named machine; local always exists.
 func (s *Store) Machine(name string) (machine.Machine, error) {
 	var m machine.Machine
-	err := s.view(func(tx *bolt.Tx) error { return s.getJSON(tx, bucketMachines, name, &m) })
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		m, err = s.machineIn(tx, name)
+		return err
+	})
+	return m, err
+}
+
+// machineIn reads the machine called name in tx; local, never added, is
+// this machine as it is.
+func (s *Store) machineIn(tx *bolt.Tx, name string) (machine.Machine, error) {
+	var m machine.Machine
+	err := s.getJSON(tx, bucketMachines, name, &m)
 	if errors.Is(err, ErrNotFound) && name == machine.Local {
 		return machine.LocalMachine(), nil
 	}
@@ -247,32 +258,26 @@ func (s *Store) Record(name string) (*rung.Record, error) {
 // it chooses its carry.
 func (s *Store) MachineAndRecord(name string) (machine.Machine, *rung.Record, error) {
 	var (
-		m        machine.Machine
-		rec      rung.Record
-		measured bool
+		m   machine.Machine
+		rec *rung.Record
 	)
-	err := s.view(func(tx *bolt.Tx) error {
-		err := s.getJSON(tx, bucketMachines, name, &m)
-		if errors.Is(err, ErrNotFound) && name == machine.Local {
-			m, err = machine.LocalMachine(), nil
-		}
-		if err != nil {
+	err := s.view(func(tx *bolt.Tx) (err error) {
+		if m, err = s.machineIn(tx, name); err != nil {
 			return err
 		}
-		err = s.getJSON(tx, bucketProbes, m.Name, &rec)
-		if errors.Is(err, ErrNotFound) {
-			return nil
+		var r rung.Record
+		switch err := s.getJSON(tx, bucketProbes, m.Name, &r); {
+		case err == nil:
+			rec = &r
+		case !errors.Is(err, ErrNotFound):
+			return err
 		}
-		measured = err == nil
-		return err
+		return nil
 	})
 	if err != nil {
 		return machine.Machine{}, nil, err
 	}
-	if !measured {
-		return m, nil, nil
-	}
-	return m, &rec, nil
+	return m, rec, nil
 }
 
 // PutRun creates or replaces a run record, durably. When the records'

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+
+	"github.com/postern-dev/postern/internal/kernel"
 )
 
 // What detection and adaptation learn about an engine takes seconds to learn
@@ -45,7 +47,7 @@ func engineKey(path string) string {
 	if err != nil {
 		return ""
 	}
-	return fmt.Sprintf("%s|%d|%d|%s|%s|%d", path, st.Size(), st.ModTime().UnixNano(), kernelRelease(), hardLimits(), os.Geteuid()) + "|" + runtime.GOARCH
+	return fmt.Sprintf("%s|%d|%d|%s|%s|%d", path, st.Size(), st.ModTime().UnixNano(), kernel.Release(), hardLimits(), os.Geteuid()) + "|" + runtime.GOARCH
 }
 
 // DetectRemembered is Detect, unless this user already detected (and ran a

@@ -47,11 +47,3 @@ func hardLimits() string {
 	_ = unix.Getrlimit(unix.RLIMIT_NPROC, &nproc)
 	return fmt.Sprintf("nofile=%d,nproc=%d", nofile.Max, nproc.Max)
 }
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
-}

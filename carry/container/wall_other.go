@@ -45,5 +45,4 @@ func Init(ctx context.Context, args []string, signals <-chan os.Signal, stderr i
 // Sweep has nothing to remove here.
 func Sweep(ctx context.Context, e *Engine) error { return nil }
 
-func hardLimits() string    { return "" }
-func kernelRelease() string { return "" }
+func hardLimits() string { return "" }

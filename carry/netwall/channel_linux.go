@@ -64,7 +64,7 @@ type initConfig struct {
 	TTY       bool   `json:"tty"`
 	Layout    layout `json:"layout"`
 	// PidMax, when set, is the pid_max the init gives the run's pid
-	// namespace: the run's pids limit plus one (pids_linux.go).
+	// namespace, which holds the run to its pids limit (pidMaxFor).
 	PidMax int `json:"pid_max,omitempty"`
 	// NProc, when set, is the RLIMIT_NPROC the command starts with: the
 	// run's pids limit where no cgroup holds it.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/postern-dev/postern/internal/kernel"
 )
 
 // A run's processes and threads are held to a limit, so that a fork bomb
@@ -48,8 +50,10 @@ type pidsCgroup struct {
 }
 
 // newPidsCgroup makes a cgroup limited to limit tasks where this process may,
-// or returns nil and why not.
-func newPidsCgroup(limit int) (*pidsCgroup, string) {
+// or returns nil and why not (pidMaxInstead where the run's pid_max is to
+// hold it). onlyV1 makes a cgroup v1 one or none: for an init already
+// started, which can only be moved into one.
+func newPidsCgroup(limit int, onlyV1 bool) (*pidsCgroup, string) {
 	v1, v2, err := cgroupMounts()
 	if err != nil {
 		return nil, err.Error()
@@ -60,7 +64,7 @@ func newPidsCgroup(limit int) (*pidsCgroup, string) {
 	}
 	name := fmt.Sprintf("%s%d-%s", cgroupPrefix, os.Getpid(), randSuffix())
 	var why []string
-	if v2 != "" {
+	if v2 != "" && !onlyV1 {
 		// First: the run starts in a v2 cgroup, with no move to wait for.
 		if p, ok := own[""]; ok {
 			base := filepath.Join(v2, p)
@@ -77,7 +81,7 @@ func newPidsCgroup(limit int) (*pidsCgroup, string) {
 		}
 	}
 	if v1 != "" {
-		if p, ok := own["pids"]; ok && pidMaxHolds(limit) {
+		if p, ok := own["pids"]; ok && !onlyV1 && pidMaxHolds(limit) {
 			// No cgroup of its own: what runs killed with postern left
 			// empty goes all the same.
 			sweepCgroups(filepath.Join(v1, p))
@@ -104,7 +108,7 @@ const pidMaxInstead = "pid_max instead of a cgroup v1"
 // pidMaxHolds says whether the run's pid namespace's pid_max is to hold
 // limit here: Linux 6.14 made pid_max a pid namespace's own.
 func pidMaxHolds(limit int) bool {
-	return limit >= pidMaxLeast && kernelAtLeast(6, 14)
+	return limit >= pidMaxLeast && kernel.AtLeast(6, 14)
 }
 
 // pidMaxLeast is the least limit pid_max holds: the up to 299 tasks more a
@@ -119,56 +123,6 @@ const pidsReserved = 300
 // have wrapped: the numbers from pidsReserved up to it. (A variable: a test
 // gives one the kernel refuses, to see the run held by a cgroup instead.)
 var pidMaxFor = func(limit int) int { return limit + pidsReserved }
-
-// kernelAtLeast says whether the running kernel's release is major.minor or
-// later.
-func kernelAtLeast(major, minor int) bool {
-	var u syscall.Utsname
-	if syscall.Uname(&u) != nil {
-		return false
-	}
-	rel := make([]byte, 0, len(u.Release))
-	for _, c := range u.Release {
-		if c == 0 {
-			break
-		}
-		rel = append(rel, byte(c))
-	}
-	return releaseAtLeast(string(rel), major, minor)
-}
-
-// releaseAtLeast compares a kernel release such as "6.18.44-generic" with
-// major.minor.
-func releaseAtLeast(release string, major, minor int) bool {
-	maj, rest, _ := strings.Cut(release, ".")
-	if end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' }); end >= 0 {
-		rest = rest[:end]
-	}
-	ma, err1 := strconv.Atoi(maj)
-	mi, err2 := strconv.Atoi(rest)
-	if err1 != nil || err2 != nil {
-		return false
-	}
-	return ma > major || (ma == major && mi >= minor)
-}
-
-// newV1PidsCgroup makes a cgroup v1 limited to limit tasks, for a run whose
-// pid_max could not be set.
-func newV1PidsCgroup(limit int) (*pidsCgroup, error) {
-	v1, _, err := cgroupMounts()
-	if err != nil {
-		return nil, err
-	}
-	own, err := ownCgroups()
-	if err != nil {
-		return nil, err
-	}
-	p, ok := own["pids"]
-	if v1 == "" || !ok {
-		return nil, errors.New("no cgroup v1 pids hierarchy")
-	}
-	return makeCgroup(filepath.Join(v1, p), fmt.Sprintf("%s%d-%s", cgroupPrefix, os.Getpid(), randSuffix()), limit, 1)
-}
 
 // setPidMax sets the calling process's pid namespace's pid_max: the init's
 // step for a run that pid_max holds.

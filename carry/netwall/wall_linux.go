@@ -61,9 +61,6 @@ type Wall struct {
 	pidsDone chan struct{}
 	pids     *pidsCgroup // the run's cgroup, if it has one
 	pidsDesc string      // what holds the run's pids (PidsLimit)
-	// pidMaxErr is what the init said of the run's pid_max, where it is to
-	// hold the run: "" set.
-	pidMaxErr string
 	// ending is what the init said became of the run's writes; endRead is
 	// closed once the control socket has nothing more to say.
 	ending  *Ending
@@ -140,7 +137,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	// (CLONE_INTO_CGROUP); a cgroup v1 one it is moved into beside the
 	// handshake, moving taking milliseconds there (v1 waits for RCU), unless
 	// the run's own pid_max holds it.
-	cg, why := newPidsCgroup(held)
+	cg, why := newPidsCgroup(held, false)
 	cgroupFD := -1
 	if cg != nil && cg.version == 2 {
 		if cgroupFD, err = unix.Open(cg.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
@@ -180,10 +177,10 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
-	lis, err := w.handshake(ctx, cfg)
+	lis, pidMaxErr, err := w.handshake(ctx, cfg)
 	if pidMax != nil {
 		if err == nil {
-			pidMax <- w.pidMaxErr
+			pidMax <- pidMaxErr
 		}
 		close(pidMax) // before Close, which waits for holdPids
 	}
@@ -243,12 +240,12 @@ func (w *Wall) holdPids(cg *pidsCgroup, why string, limit, held int, rlimit bool
 			w.logger.Debug("wall pids limit", "pid", w.cmd.Process.Pid, "held_by", w.pidsDesc)
 			return
 		}
+		var whyNot string
+		cg, whyNot = newPidsCgroup(held, true)
 		why = "set pid_max in the run's pid namespace: " + perr
-		c, err := newV1PidsCgroup(held)
-		if err != nil {
-			why += "; " + err.Error()
+		if whyNot != "" {
+			why += "; " + whyNot
 		}
-		cg = c
 	}
 	if cg != nil && cg.version == 1 {
 		if err := cg.add(w.cmd.Process.Pid); err != nil {
@@ -338,13 +335,12 @@ func (w *Wall) initGone(ctx context.Context, err error) error {
 	return fmt.Errorf("network wall: %w", err)
 }
 
-func (w *Wall) handshake(ctx context.Context, cfg initConfig) (door.Listeners, error) {
+// handshake sends the init its configuration and takes the door's listeners,
+// and what the init said of the run's pid_max (cfg.PidMax): "" set.
+func (w *Wall) handshake(ctx context.Context, cfg initConfig) (door.Listeners, string, error) {
 	reply, files, err := w.exchange(ctx, message{Type: msgConfig, Config: &cfg})
-	if err == nil {
-		w.pidMaxErr = reply.PidMaxErr
-	}
 	if err != nil {
-		return door.Listeners{}, err
+		return door.Listeners{}, "", err
 	}
 	defer func() {
 		for _, f := range files {
@@ -352,12 +348,13 @@ func (w *Wall) handshake(ctx context.Context, cfg initConfig) (door.Listeners, e
 		}
 	}()
 	if cfg.NoNetwork && reply.Type == msgReady && len(files) == 0 {
-		return door.Listeners{}, nil // nothing to judge: no door
+		return door.Listeners{}, reply.PidMaxErr, nil // nothing to judge: no door
 	}
 	if reply.Type != msgReady || (len(files) != 3 && len(files) != 4) {
-		return door.Listeners{}, fmt.Errorf("network wall: init answered %q with %d descriptors, want %q with 3 or 4", reply.Type, len(files), msgReady)
+		return door.Listeners{}, "", fmt.Errorf("network wall: init answered %q with %d descriptors, want %q with 3 or 4", reply.Type, len(files), msgReady)
 	}
-	return listenersFromFiles(files)
+	lis, err := listenersFromFiles(files)
+	return lis, reply.PidMaxErr, err
 }
 
 // Listeners are the door's sockets inside the run's network namespace:

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -40,20 +39,15 @@ var rootCmd = &cobra.Command{
 // start of this binary twice.
 var buildCommands []func()
 
-// commands builds the command line, once.
-var commands = sync.OnceFunc(func() {
-	for _, build := range buildCommands {
-		build()
-	}
-})
-
 func main() {
 
 	keepInheritedFromChildren()
 	if run, ok := reexecEntry(os.Args); ok {
 		os.Exit(run()) // postern re-executed as one of its own stages: no command line
 	}
-	commands()
+	for _, build := range buildCommands {
+		build()
+	}
 	strictCommands(rootCmd)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

@@ -11,10 +11,9 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/door/event"
+	"github.com/postern-dev/postern/internal/kernel"
 	"github.com/postern-dev/postern/probe"
 )
 
@@ -89,7 +88,7 @@ type Handlers struct {
 // torn down before Serve returns.
 func Serve(ctx context.Context, in io.Reader, out io.Writer, h Handlers) error {
 	w := NewWriter(out)
-	hello := Hello{Protocol: Protocol, Version: h.Version, OS: runtime.GOOS, Arch: runtime.GOARCH, Kernel: kernelRelease()}
+	hello := Hello{Protocol: Protocol, Version: h.Version, OS: runtime.GOOS, Arch: runtime.GOARCH, Kernel: kernel.Release()}
 	hello.Home, _ = os.UserHomeDir()
 	hash, err := selfHashCached()
 	if err != nil {
@@ -420,12 +419,4 @@ func (s *session) run(ctx context.Context, h Handlers, req RunRequest) error {
 		return s.exit(Exit{Code: code, Error: runErr.Error(), Writes: writes})
 	}
 	return s.exit(Exit{Code: code, Writes: writes})
-}
-
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
 }
