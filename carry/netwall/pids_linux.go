@@ -133,6 +133,14 @@ func setPidMax(n int) error {
 // makeCgroup makes parent/name with pids.max = limit, after removing what
 // earlier runs left there empty.
 func makeCgroup(parent, name string, limit, version int) (*pidsCgroup, error) {
+	if version == 2 {
+		// A v2 cgroup has the pids controller only where its parent hands
+		// it down: without it, no cgroup to make and remove again.
+		b, err := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control"))
+		if err == nil && !slices.Contains(strings.Fields(string(b)), "pids") {
+			return nil, fmt.Errorf("cgroup %s does not hand the pids controller down (cgroup.subtree_control: %q)", parent, strings.TrimSpace(string(b)))
+		}
+	}
 	sweepCgroups(parent)
 	dir := filepath.Join(parent, name)
 	if err := os.Mkdir(dir, 0o755); err != nil {
