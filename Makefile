@@ -9,10 +9,18 @@ BIN     := bin
 
 all: build
 
-# A static binary: the same file runs on any Linux of its architecture, and is what
-# the wall re-executes inside the run's namespaces.
+# A static binary: the same file runs on any Linux of its architecture. On Linux the
+# wall's init, an executable of its own built without the host side (the tag), is
+# attached after its last byte: each walled run starts that rather than all of
+# postern. A binary without it re-executes itself.
+WALLINIT = CGO_ENABLED=0 $(GO) build -tags postern_wallinit -trimpath -ldflags '-s -w'
+ATTACH   = $(GO) run ./internal/wallimage/cmd/attach
 build: agents
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/postern ./cmd/postern
+	@if [ "$$($(GO) env GOOS)" = linux ]; then \
+	  $(WALLINIT) -o $(BIN)/.postern-wall ./cmd/postern-wall && \
+	  $(ATTACH) $(BIN)/postern $(BIN)/.postern-wall && rm -f $(BIN)/.postern-wall; \
+	fi
 
 # Manual pages, one per command, made from the commands themselves.
 man:
@@ -32,6 +40,11 @@ agents:
 	  os=$${p%/*}; arch=$${p#*/}; \
 	  echo "agent $$os/$$arch"; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agents/postern-$$os-$$arch ./cmd/postern || exit 1; \
+	  if [ $$os = linux ]; then \
+	    GOOS=$$os GOARCH=$$arch $(WALLINIT) -o $(BIN)/agents/.postern-wall-$$arch ./cmd/postern-wall && \
+	    $(ATTACH) $(BIN)/agents/postern-$$os-$$arch $(BIN)/agents/.postern-wall-$$arch && \
+	    rm -f $(BIN)/agents/.postern-wall-$$arch || exit 1; \
+	  fi; \
 	done
 
 # Every tier: pure, real kernel (as root), end to end through the built binary; and

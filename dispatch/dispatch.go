@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -288,6 +289,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 			code, err = runLocal(ctx, store, run, spec, pol, pins, carrier, Walled{
 				Env: spec.Env, UpstreamRoots: spec.UpstreamRoots, Upstream: spec.Upstream,
 				Files: files, NoNetwork: noNetwork, Settle: func(f func()) { teardown.Go(f) },
+				InitDir: filepath.Join(filepath.Dir(store.Path()), "lib"),
 			}, wait)
 		}
 		if werr := wait(); werr != nil && err == nil {

@@ -493,6 +493,7 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		Landlock:      true,
 		NoNetwork:     req.NoNetwork,
 		NeverWritable: agentDir(),
+		InitDir:       agentInitDir(),
 		Logger:        logger,
 	})
 	var ref *carry.Refusal

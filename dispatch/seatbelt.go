@@ -28,3 +28,12 @@ func agentDir() []string {
 	}
 	return []string{filepath.Dir(self)}
 }
+
+// agentInitDir is where a remote run's network wall keeps its init: beside
+// the agent, which the run may not write.
+func agentInitDir() string {
+	if d := agentDir(); len(d) > 0 {
+		return filepath.Join(d[0], "lib")
+	}
+	return ""
+}

@@ -74,6 +74,10 @@ type Walled struct {
 	// NeverWritable are more of postern's own places the run may not write
 	// (the agent's directory); the connect-door carry guards them.
 	NeverWritable []string
+	// InitDir is where a network wall keeps its init (netwall.Spec.InitDir):
+	// a directory of postern's own that the run can neither write nor, on
+	// this machine, see.
+	InitDir string
 	// Files is what the run may do with the host's files (see netwall.Files):
 	// the policy's writable, deny_read and allow_read are added to it.
 	Files netwall.Files
@@ -293,6 +297,7 @@ func (w *Walled) equip() (*equipped, error) {
 			}
 			nw.Hide = pol.InjectFiles()
 			nw.Files = policyFiles(w.Files, pol)
+			nw.InitDir = w.InitDir
 		}
 		if !w.NoNetwork {
 			// On a network wall the guardrails' seal is held: their hosts

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -22,9 +20,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch arg := os.Args[1]; arg {
 		case netwall.InitArg:
-			sigs := make(chan os.Signal, 8)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-			os.Exit(netwall.Init(context.Background(), sigs))
+			os.Exit(netwall.InitMain())
 		case netwall.ExecArg:
 			err := netwall.ExecDropped(os.Args[2:])
 			fmt.Fprintln(os.Stderr, "postern:", err)

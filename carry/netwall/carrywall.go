@@ -1,3 +1,5 @@
+//go:build !postern_wallinit
+
 package netwall
 
 import (
@@ -20,6 +22,8 @@ type Carrier struct {
 	TrustPEM []byte
 	// Hide are files the run may not read (see Spec.Hide).
 	Hide []string
+	// InitDir is where the wall's init is kept (see Spec.InitDir).
+	InitDir string
 }
 
 var _ carry.Carrier = (*Carrier)(nil)
@@ -49,6 +53,7 @@ func (c *Carrier) Raise(ctx context.Context, spec carry.WallSpec) (carry.Wall, e
 		TTY:       spec.TTY,
 		Files:     c.Files,
 		PidsLimit: spec.PidsLimit,
+		InitDir:   c.InitDir,
 		Logger:    spec.Logger,
 	})
 	if err != nil {
@@ -62,3 +67,10 @@ func (c *Carrier) Raise(ctx context.Context, spec carry.WallSpec) (carry.Wall, e
 	}
 	return w, nil
 }
+
+// Errors a Wall's methods return.
+var (
+	ErrNotStarted     = carry.ErrNotStarted
+	ErrAlreadyStarted = carry.ErrAlreadyStarted
+	ErrClosed         = carry.ErrClosed
+)

@@ -16,6 +16,9 @@ import (
 	"github.com/postern-dev/postern/internal/wire"
 )
 
+// controlFD is the init's descriptor of the control socket (ExtraFiles[0]).
+const controlFD = 3
+
 // The control channel between Raise (host side) and Init (inside the wall) is a
 // unix stream socketpair. Each message is one frame of package wire, of type
 // frameMessage, with a JSON body; file descriptors travel with a message's

@@ -35,8 +35,13 @@ const (
 // from Wall.Signal go to the command's process group. When ctx is done or the
 // host side disappears, the run is killed.
 //
+// notifySignals, if not nil, is called before the command starts to have signals
+// sent on signals: the init calls it while the wall goes up, where it costs
+// the start nothing (before it a signal from outside the namespaces is one
+// pid 1 ignores).
+//
 // Init assumes it owns the process: it must only be called from that entry point.
-func Init(ctx context.Context, signals <-chan os.Signal) int {
+func Init(ctx context.Context, signals <-chan os.Signal, notifySignals func()) int {
 	ctl, err := newChannel(os.NewFile(controlFD, "wall-control"))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "postern: network wall init: %v (it only runs under 'postern run')\n", err)
@@ -53,12 +58,19 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 	// The run and the init share its pids limit: once the run has filled
 	// it, a thread the Go runtime then made for the init would fail, and
 	// take the init, so the whole run, with it. The init makes its spare
-	// threads while it sets the wall up.
+	// threads while it sets the wall up, once its mounts are made: the
+	// runtime makes them one at a time, and made at once they would hold
+	// back the network's setup beside the mounts.
 	spare := make(chan struct{})
-	go func() {
-		defer close(spare)
-		reserveThreads(spareThreads)
-	}()
+	afterMounts := func() {
+		go func() {
+			defer close(spare)
+			reserveThreads(spareThreads)
+		}()
+		if notifySignals != nil {
+			notifySignals()
+		}
+	}
 	ready := message{Type: msgReady}
 	if cfg.PidMax > 0 {
 		// Before the command or anything of the run starts: the limit
@@ -67,7 +79,7 @@ func Init(ctx context.Context, signals <-chan os.Signal) int {
 			ready.PidMaxErr = err.Error()
 		}
 	}
-	files, view, werr := setup(cfg)
+	files, view, werr := setup(cfg, afterMounts)
 	if werr != nil {
 		_ = ctl.send(message{Type: msgError, Err: werr})
 		return exitInitFailed
@@ -240,7 +252,10 @@ func signalRequests(ctl *channel) <-chan syscall.Signal {
 // setup makes the namespace the wall: lo, routes, listeners, rules, mounts.
 // It returns the listeners' descriptors (transparent, DNS UDP, DNS TCP) and
 // what it keeps of the run's view for its end.
-func setup(cfg initConfig) ([]*os.File, *mounted, *wireError) {
+//
+// afterMounts is called once the mounts are made, while the network may
+// still be set up.
+func setup(cfg initConfig, afterMounts func()) ([]*os.File, *mounted, *wireError) {
 	// The network namespace and the mount namespace are made side by side:
 	// neither step reads what the other changes.
 	type network struct {
@@ -258,7 +273,11 @@ func setup(cfg initConfig) ([]*os.File, *mounted, *wireError) {
 		}
 		netDone <- n
 	}()
+	// A goroutine just made waits in this one's turn, which only ends when
+	// it blocks; yielding hands it to the other processor now.
+	runtime.Gosched()
 	view, err := privateMounts(cfg)
+	afterMounts()
 	n := <-netDone
 	if n.werr != nil {
 		if err == nil {

@@ -1,3 +1,5 @@
+//go:build !postern_wallinit
+
 package netwall
 
 import (

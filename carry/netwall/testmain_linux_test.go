@@ -1,12 +1,10 @@
 package netwall
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"syscall"
@@ -30,9 +28,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case InitArg:
-			sigs := make(chan os.Signal, 8)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
-			os.Exit(Init(context.Background(), sigs))
+			os.Exit(InitMain())
 		case ExecArg:
 			err := ExecDropped(os.Args[2:])
 			fmt.Fprintln(os.Stderr, "postern:", err)

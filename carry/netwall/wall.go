@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/carry/internal/pid1"
 	"github.com/postern-dev/postern/internal/termtext"
 )
@@ -70,6 +69,12 @@ type Spec struct {
 	// header values from): inside the run each is an empty file no one may
 	// open.
 	Hide []string
+	// InitDir is where the wall's init attached to this binary is kept as
+	// an executable of its own, which starts in a fraction of the time
+	// this binary takes (see internal/wallimage); it must be the caller's
+	// own, out of the run's reach. "" (or a binary with none attached)
+	// re-executes Self.
+	InitDir string
 
 	Logger *slog.Logger
 }
@@ -105,9 +110,6 @@ func (e *KernelError) Unwrap() error { return e.Err }
 
 // Errors a Wall's methods return.
 var (
-	ErrNotStarted     = carry.ErrNotStarted
-	ErrAlreadyStarted = carry.ErrAlreadyStarted
-	ErrClosed         = carry.ErrClosed
 	// ErrCommandNotFound is returned by ExecDropped when Command[0] is not
 	// found in the run's PATH.
 	ErrCommandNotFound = pid1.ErrNotFound

@@ -1,3 +1,5 @@
+//go:build !postern_wallinit
+
 package netwall
 
 import (
@@ -32,8 +34,6 @@ const cloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNET | unix.CLONE_NEWPID |
 var initCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_SETPCAP, unix.CAP_DAC_OVERRIDE}
 
 const (
-	// controlFD is the init's descriptor of the control socket (ExtraFiles[0]).
-	controlFD = 3
 	// startTimeout bounds how long the init may take to start the command.
 	startTimeout = 30 * time.Second
 	// closeGrace is how long Close lets a running command handle SIGTERM.
@@ -145,14 +145,22 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 			cg, why = nil, err.Error()
 		}
 	}
-	cmd, ctl, err := startInit(spec, cfg.Env, cgroupFD)
+	initPath := Self
+	if spec.InitDir != "" {
+		if p, err := keptInit(spec.InitDir); err != nil {
+			logger.Warn("wall init: re-executing this binary, its own init could not be kept", "dir", spec.InitDir, "err", err)
+		} else if p != "" {
+			initPath = p
+		}
+	}
+	cmd, ctl, err := startInit(initPath, spec, cfg.Env, cgroupFD)
 	if err != nil && cgroupFD >= 0 {
 		// A kernel before 5.7, or a cgroup this user may not start in.
 		unix.Close(cgroupFD)
 		cgroupFD = -1
 		cg.remove()
 		cg, why = nil, fmt.Sprintf("start in cgroup %s: %v", cg.dir, err)
-		cmd, ctl, err = startInit(spec, cfg.Env, -1)
+		cmd, ctl, err = startInit(initPath, spec, cfg.Env, -1)
 	}
 	if cgroupFD >= 0 {
 		unix.Close(cgroupFD)
@@ -165,7 +173,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		if errors.As(err, &errno) {
 			return nil, &KernelError{Step: StepUserns, Err: err, Remedy: remedy(StepUserns, errno, thisMachine())}
 		}
-		return nil, fmt.Errorf("network wall: start init %q: %w", Self, err)
+		return nil, fmt.Errorf("network wall: start init %q: %w", initPath, err)
 	}
 	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
 	var pidMax chan string
@@ -327,10 +335,10 @@ func (w *Wall) initGone(ctx context.Context, err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		select {
 		case <-w.exited:
-			return fmt.Errorf("network wall: init (%s) exited early: %v", Self, w.state)
+			return fmt.Errorf("network wall: init (%s) exited early: %v", w.cmd.Path, w.state)
 		case <-time.After(time.Second):
 		}
-		return fmt.Errorf("network wall: init (%s) closed the control socket", Self)
+		return fmt.Errorf("network wall: init (%s) closed the control socket", w.cmd.Path)
 	}
 	return fmt.Errorf("network wall: %w", err)
 }
@@ -564,9 +572,10 @@ func dedupEnv(env []string) []string {
 	return out
 }
 
-// startInit starts the wall's init in new namespaces, in the cgroup of
-// cgroupFD when it is not -1, with the control socket as its descriptor 3.
-func startInit(spec Spec, env []string, cgroupFD int) (*exec.Cmd, *channel, error) {
+// startInit starts the wall's init, the executable initPath, in new namespaces,
+// in the cgroup of cgroupFD when it is not -1, with the control socket as its
+// descriptor 3.
+func startInit(initPath string, spec Spec, env []string, cgroupFD int) (*exec.Cmd, *channel, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("control socketpair: %w", err)
@@ -579,8 +588,8 @@ func startInit(spec Spec, env []string, cgroupFD int) (*exec.Cmd, *channel, erro
 	}
 	uid, gid := os.Getuid(), os.Getgid()
 	cmd := &exec.Cmd{
-		Path: Self,
-		Args: []string{Self, InitArg},
+		Path: initPath,
+		Args: []string{initPath, InitArg},
 		// The init is pid 1 of the run, whose /proc shows its environment:
 		// it gets the run's, never more.
 		Env:        env,
@@ -607,6 +616,14 @@ func startInit(spec Spec, env []string, cgroupFD int) (*exec.Cmd, *channel, erro
 		cmd.Stderr = spec.Stderr
 	}
 	err = cmd.Start()
+	for try := 0; errors.Is(err, syscall.ETXTBSY) && try < 20; try++ {
+		// A kept init just written: a child this process forked meanwhile
+		// held its descriptor until its own exec closed it.
+		time.Sleep(time.Millisecond)
+		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, ExtraFiles: cmd.ExtraFiles, SysProcAttr: cmd.SysProcAttr,
+			Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
+		err = cmd.Start()
+	}
 	childEnd.Close()
 	if err != nil {
 		ctl.Close()

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postern-dev/postern/carry/container"
+	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/dispatch"
 )
 
@@ -19,7 +20,7 @@ import (
 func init() {
 	reexecs[container.InitArg] = func(args []string) int {
 		sigs := make(chan os.Signal, 8)
-		signal.Notify(sigs, forwardedSignals...)
+		signal.Notify(sigs, netwall.ForwardedSignals...)
 		// SIGINT and SIGTERM are the command's to handle: the harness passes
 		// them on instead of stopping.
 		return container.Init(context.Background(), args, sigs, os.Stderr)

@@ -29,6 +29,7 @@ import (
 
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/testhosts"
+	"github.com/postern-dev/postern/internal/wallimage"
 )
 
 // posternBin is the binary built once for every end-to-end test of the package.
@@ -52,13 +53,31 @@ func runTests(m *testing.M) int {
 	}
 	defer os.RemoveAll(dir)
 	posternBin = filepath.Join(dir, "postern")
-	build := exec.Command("go", "build", "-o", posternBin, ".")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: build postern:", err)
+	if err := buildAttached(posternBin); err != nil {
+		fmt.Fprintln(os.Stderr, "e2e:", err)
 		return 1
 	}
 	return m.Run()
+}
+
+// buildAttached builds postern at bin as make does: with the wall's init
+// attached (internal/wallimage).
+func buildAttached(bin string, args ...string) error {
+	for _, b := range []struct{ out, pkg string }{{bin, "."}, {bin + "-wall", "../postern-wall"}} {
+		a := []string{"build", "-o", b.out}
+		if b.pkg != "." {
+			a = append(a, "-tags", "postern_wallinit")
+		} else {
+			a = append(a, args...)
+		}
+		build := exec.Command("go", append(a, b.pkg)...)
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			return fmt.Errorf("build %s: %w", b.pkg, err)
+		}
+	}
+	defer os.Remove(bin + "-wall")
+	return wallimage.Attach(bin, bin+"-wall")
 }
 
 // runPostern runs the built binary to completion and returns its stdout,

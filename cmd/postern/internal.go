@@ -19,24 +19,11 @@ import (
 // runs any command line: each wall start pays for its init and its last stage,
 // and neither needs cobra.
 
-// forwardedSignals are passed by the wall's init to the run.
-var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
-
 // reexecs are the hidden entry points by first argument. Each gets the
 // arguments after it and returns the process's exit status.
 var reexecs = map[string]func(args []string) int{
-	netwall.InitArg: func([]string) int {
-		sigs := make(chan os.Signal, 8)
-		// SIGWINCH: the init resizes the run's terminal.
-		signal.Notify(sigs, append(forwardedSignals, syscall.SIGWINCH)...)
-		// SIGINT and SIGTERM are the run's to handle: the init passes
-		// them on instead of stopping.
-		return netwall.Init(context.Background(), sigs)
-	},
-	netwall.ExecArg: func(args []string) int {
-		err := netwall.ExecDropped(args)
-		return failed(err, errors.Is(err, netwall.ErrCommandNotFound))
-	},
+	netwall.InitArg: func([]string) int { return netwall.InitMain() },
+	netwall.ExecArg: netwall.ExecMain,
 	seatbelt.ExecArg: func(args []string) int {
 		err := seatbelt.ExecMain(args)
 		return failed(err, errors.Is(err, seatbelt.ErrCommandNotFound))
