@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -289,8 +288,11 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 			code, err = runLocal(ctx, store, run, spec, pol, pins, carrier, Walled{
 				Env: spec.Env, UpstreamRoots: spec.UpstreamRoots, Upstream: spec.Upstream,
 				Files: files, NoNetwork: noNetwork, Settle: func(f func()) { teardown.Go(f) },
-				InitDir: filepath.Join(filepath.Dir(store.Path()), "lib"),
+				InitDir: initDir(store),
 			}, wait)
+		}
+		if time.Since(run.StartedAt) >= primeAfter {
+			primeAtExit(initDir(store), spec.Logger)
 		}
 		if werr := wait(); werr != nil && err == nil {
 			err = werr

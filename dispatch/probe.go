@@ -96,6 +96,9 @@ func ProbeMachines(ctx context.Context, store *records.Store, p Probe) ([]Measur
 			var err error
 			if m.IsLocal() {
 				rec, err = probe.Run(ctx, probe.Options{Name: m.Name, Version: p.Version, Logger: p.Logger})
+				if err == nil {
+					primeAtExit(initDir(store), p.Logger)
+				}
 			} else {
 				ssh := p.SSH
 				ssh.Logger = p.Logger

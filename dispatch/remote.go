@@ -406,6 +406,7 @@ func (t *localTerminal) restore() {
 // controller sent and runs the command behind the wall with the door beside it,
 // exactly as a local run does, with the given streams and event sink.
 func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, logger *slog.Logger) (int, error) {
+	begun := time.Now()
 	if strings.TrimSpace(req.Open) != "" {
 		return serveOpenRun(ctx, req, rio)
 	}
@@ -496,6 +497,9 @@ func ServeAgentRun(ctx context.Context, req agent.RunRequest, rio agent.RunIO, l
 		InitDir:       agentInitDir(),
 		Logger:        logger,
 	})
+	if time.Since(begun) >= primeAfter {
+		primeAtExit(agentInitDir(), logger)
+	}
 	var ref *carry.Refusal
 	if errors.As(err, &ref) {
 		return 0, ref // the agent sends it home as a refusal
@@ -582,7 +586,11 @@ func notRun(ce *CommandError) error {
 
 // ProbeHere is the agent's side of a remote probe.
 func ProbeHere(ctx context.Context, name, version string, logger *slog.Logger) (*probe.Record, error) {
-	return probe.Run(ctx, probe.Options{Name: name, Version: version, Logger: logger})
+	rec, err := probe.Run(ctx, probe.Options{Name: name, Version: version, Logger: logger})
+	if err == nil {
+		primeAtExit(agentInitDir(), logger)
+	}
+	return rec, err
 }
 
 // sealState is a seal as the agent sends it home.

@@ -58,6 +58,11 @@ func keptInit(dir string) (string, error) {
 	return keep(dir, "/proc/self/exe", img)
 }
 
+// KeptInit is keptInit for callers outside the wall: the path of this
+// binary's init kept in dir, written there if it is not yet, or "" where
+// none is attached.
+func KeptInit(dir string) (string, error) { return keptInit(dir) }
+
 // keep is img of the executable exe, kept in dir (see keptInit).
 func keep(dir, exe string, img wallimage.Image) (string, error) {
 	sum := hex.EncodeToString(img.Sum[:10])

@@ -25,6 +25,7 @@ func (w *Wall) Wait() (int, error)                                          { re
 func (w *Wall) Close() error                                                { return nil }
 func (w *Wall) Ending() Ending                                              { return Ending{} }
 func (w *Wall) PidsLimit() string                                           { return "" }
+func KeptInit(dir string) (string, error)                                   { return "", nil }
 func Init(ctx context.Context, signals <-chan os.Signal, notify func()) int { return 125 }
 func ExecDropped(argv []string) error                                       { return ErrUnsupported }
 

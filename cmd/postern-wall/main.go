@@ -14,6 +14,7 @@ import (
 	"os"
 
 	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/internal/hugetext"
 )
 
 func main() {
@@ -23,6 +24,10 @@ func main() {
 			os.Exit(netwall.InitMain())
 		case netwall.ExecArg:
 			os.Exit(netwall.ExecMain(os.Args[2:]))
+		case hugetext.Arg:
+			// postern, turned into this at its exit to prime its own
+			// executable for its later starts (internal/hugetext).
+			os.Exit(hugetext.Main(os.Args[2:]))
 		}
 	}
 	fmt.Fprintln(os.Stderr, "postern-wall is the network wall's init: postern starts it for each run")

@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/postern-dev/postern/internal/hugetext"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -54,15 +56,15 @@ func main() {
 	err := rootCmd.ExecuteContext(ctx)
 
 	if err == nil {
-		return
+		hugetext.Exit(0)
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.err.Error() != "" {
 			fmt.Fprintln(stderr, "postern:", ee.err)
 		}
-		os.Exit(ee.code)
+		hugetext.Exit(ee.code)
 	}
 	fmt.Fprintln(stderr, "postern:", err)
-	os.Exit(1)
+	hugetext.Exit(1)
 }
