@@ -159,8 +159,6 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 	}
 	rep := &WallReport{Config: cfg, Machine: describe(bin)}
 	loadStart := loadAverage()
-	rep.Bwrap = firstLine(exec.CommandContext(ctx, "bwrap", "--version"))
-	rep.Node = firstLine(exec.CommandContext(ctx, "node", "--version"))
 
 	// The run's working directory stays visible inside the wall (its /tmp is
 	// otherwise empty), so the client binary goes there.
@@ -190,6 +188,9 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 		}
 	}
 	missing := EnsureTools(ctx, os.Stderr, tools)
+	// Their versions once they are installed.
+	rep.Bwrap = firstLine(exec.CommandContext(ctx, "bwrap", "--version"))
+	rep.Node = firstLine(exec.CommandContext(ctx, "node", "--version"))
 	srt := cfg.SRT
 	var srtErr string
 	for _, t := range tools[1:] {
