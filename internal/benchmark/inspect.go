@@ -110,9 +110,13 @@ func RunInspect(ctx context.Context, cfg InspectConfig) (*InspectReport, error) 
 		return nil, ErrNeedsRoot
 	}
 	rep := &InspectReport{Config: cfg}
-	missing := EnsureTools(ctx, os.Stderr, []Tool{ToolMitmproxy})
+	missing := EnsureTools(ctx, os.Stderr, []Tool{ToolMitmproxy, ToolNginx})
 	if why, ok := missing[ToolMitmproxy.Program]; ok {
 		rep.Notes = append(rep.Notes, "mitmproxy: "+why)
+	}
+	if why, ok := missing[ToolNginx.Program]; ok {
+		// Every row's upstream: nothing to measure without it.
+		return nil, fmt.Errorf("nginx: %s", why)
 	}
 	dir, bin, err := workDirWithPostern(ctx, log, "postern-inspectbench-", cfg.Postern, true)
 	if err != nil {

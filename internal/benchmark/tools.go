@@ -27,6 +27,7 @@ var (
 	ToolTinyproxy = Tool{"tinyproxy", "tinyproxy", "the tinyproxy rows"}
 	ToolWrk       = Tool{"wrk", "wrk", "the keep-alive requests rows"}
 	ToolBwrap     = Tool{"bwrap", "bubblewrap", "the bubblewrap start-up row"}
+	ToolNginx     = Tool{"nginx", "nginx", "the inspected HTTPS upstream (nginx serves it)"}
 	ToolNpm       = Tool{"npm", "npm", "the sandbox-runtime start-up row (npm installs it)"}
 	// sandbox-runtime itself needs these on Linux.
 	ToolRipgrep = Tool{"rg", "ripgrep", "the sandbox-runtime start-up row (it runs ripgrep)"}
