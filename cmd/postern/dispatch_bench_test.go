@@ -28,7 +28,7 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkFleetDispatch -benchtime 3x ./cmd/postern
 func BenchmarkFleetDispatch(b *testing.B) {
-	missing := benchmark.EnsureTools(context.Background(), os.Stderr, []benchmark.Tool{benchmark.ToolParallel})
+	missing := benchmark.EnsureTools(context.Background(), os.Stderr, []benchmark.Tool{benchmark.ToolParallel, benchmark.ToolSshd, benchmark.ToolSsh})
 	f := newFleetLab(b, 3)
 	c := f.C
 	const tasks, per = 100, 4

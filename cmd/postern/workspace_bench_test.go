@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/postern-dev/postern/internal/benchmark"
 )
 
 // BenchmarkWorkspace measures workspaces against the tools a person would
@@ -29,10 +31,9 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkWorkspace -benchtime 1x -timeout 30m ./cmd/postern
 func BenchmarkWorkspace(b *testing.B) {
-	for _, tool := range []string{"rsync", "ssh", "git"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			b.Fatalf("%s is needed for the workspace benchmark (apt-get install %s): %v", tool, tool, err)
-		}
+	tools := []benchmark.Tool{benchmark.ToolRsync, benchmark.ToolSsh, benchmark.ToolSshd, {Program: "git", Package: "git", Rows: "the workspace benchmark"}}
+	for _, why := range benchmark.EnsureTools(context.Background(), os.Stderr, tools) {
+		b.Fatal(why)
 	}
 	r := workspaceLab(b)
 	repo := filepath.Join(r.C.Home, "bench", "repo")

@@ -34,6 +34,12 @@ var (
 	ToolSocat   = Tool{"socat", "socat", "the sandbox-runtime start-up row (it runs socat)"}
 	// ToolParallel is GNU parallel, which the fleet dispatch is compared with.
 	ToolParallel = Tool{"parallel", "parallel", "the GNU parallel --sshlogin row of the fleet dispatch"}
+	// The remote machines of the fleet and workspace benchmarks are OpenSSH
+	// servers on test hosts, reached with its client; workspaces compare
+	// with rsync.
+	ToolSshd  = Tool{"sshd", "openssh-server", "the test machines of the fleet and workspace benchmarks"}
+	ToolSsh   = Tool{"ssh", "openssh-client", "the fleet and workspace benchmarks"}
+	ToolRsync = Tool{"rsync", "rsync", "the workspace benchmark's rsync row"}
 )
 
 // toolPlan is what to do about missing tools: install the packages, or tell
