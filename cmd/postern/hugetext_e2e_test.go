@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -106,7 +105,8 @@ func uncache(t *testing.T, path string) {
 
 // controllerHuge starts postern with args and returns how much of its
 // mappings its controller holds in huge pages once it has started: read
-// once after it has settled, or, with wait, as soon as there are any.
+// once, half a second in, or, with wait, as soon as there are any (at most
+// three seconds in).
 func controllerHuge(t *testing.T, p poster, wait bool, args ...string) int64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -119,25 +119,17 @@ func controllerHuge(t *testing.T, p poster, wait bool, args ...string) int64 {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		_ = cmd.Wait()
 	}()
-	var held int64
-	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); {
-		time.Sleep(100 * time.Millisecond)
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/smaps_rollup")
+	pid := strconv.Itoa(cmd.Process.Pid)
+	if !wait {
+		time.Sleep(500 * time.Millisecond)
+	}
+	for deadline := time.Now().Add(3 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		held, err := hugetext.HeldBy(pid)
 		if err != nil {
 			t.Fatalf("the controller: %v", err)
 		}
-		held = 0
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "FilePmdMapped:"); ok {
-				f := strings.Fields(v)
-				n, _ := strconv.ParseInt(f[0], 10, 64)
-				held = n << 10
-			}
-		}
-		if !wait || held > 0 {
-			time.Sleep(400 * time.Millisecond)
-			break
+		if !wait || held > 0 || time.Now().After(deadline) {
+			return held
 		}
 	}
-	return held
 }

@@ -36,11 +36,18 @@ const Arg = "__prime-text"
 // priming could not hold (a range another process mapped then) stays as it
 // was, so held in part counts as held.
 func Held() bool {
-	b, err := os.ReadFile("/proc/self/smaps_rollup")
+	n, err := HeldBy("self")
+	return err == nil && n > 0
+}
+
+// HeldBy is how much of process pid's file mappings ("self" for this one)
+// is mapped with huge pages, in bytes.
+func HeldBy(pid string) (int64, error) {
+	b, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
 	if err != nil {
-		return false
+		return 0, err
 	}
-	return pmdMapped(string(b)) > 0
+	return pmdMapped(string(b)), nil
 }
 
 // pmdMapped is the sum of the FilePmdMapped lines of an smaps text, in bytes.
@@ -161,8 +168,8 @@ var (
 
 // AtExit has Exit turn this process into primer (an executable of postern's
 // own that maps none of postern), to prime postern's executable before the
-// exit status is given, unless its code is held in huge pages already or the
-// kernel cannot. "" cancels.
+// exit status is given, unless its code is held in huge pages already. The
+// caller asks only where the kernel can (Possible). "" cancels.
 func AtExit(path string) {
 	mu.Lock()
 	defer mu.Unlock()
@@ -176,7 +183,7 @@ func Exit(code int) {
 	mu.Lock()
 	p := primer
 	mu.Unlock()
-	if p != "" && Possible() && !Held() {
+	if p != "" && !Held() {
 		if exe, err := os.Readlink("/proc/self/exe"); err == nil && !strings.HasSuffix(exe, " (deleted)") {
 			// Exec ends this process's other threads; the streams it
 			// wrote are the kernel's already.

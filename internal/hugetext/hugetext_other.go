@@ -13,6 +13,9 @@ const Arg = "__prime-text"
 // Held: huge page-cache folios are a Linux matter.
 func Held() bool { return false }
 
+// HeldBy: none off Linux.
+func HeldBy(string) (int64, error) { return 0, errors.ErrUnsupported }
+
 // Possible: not off Linux.
 func Possible() bool { return false }
 
