@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch arg := os.Args[1]; arg {
 		case netwall.InitArg:
-			os.Exit(netwall.InitMain())
+			os.Exit(netwall.InitMain(os.Args[2:]))
 		case netwall.ExecArg:
 			err := netwall.ExecDropped(os.Args[2:])
 			fmt.Fprintln(os.Stderr, "postern:", err)

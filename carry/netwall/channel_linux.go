@@ -1,13 +1,14 @@
 package netwall
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -36,45 +37,112 @@ const (
 	maxMessage = 16 << 20
 	maxFDs     = 8
 
-	frameMessage byte = 'J' // a frame carrying one JSON message
+	frameMessage byte = 'J' // a frame carrying one message (encodeMessage)
 )
 
 type message struct {
-	Type   string      `json:"type"`
-	Config *initConfig `json:"config,omitempty"`
-	Signal int         `json:"signal,omitempty"`
-	Pid    int         `json:"pid,omitempty"`
-	Err    *wireError  `json:"error,omitempty"`
-	Ending *Ending     `json:"ending,omitempty"`
+	Type   string
+	Config *initConfig
+	Signal int
+	Pid    int
+	Err    *wireError
+	Ending *Ending
 	// Status is the command's exit status, sent with Ending once every
 	// other process of the run has been reaped (the init is pid 1).
-	Status *int `json:"status,omitempty"`
+	Status *int
 	// PidMaxErr, with ready, says why the init could not set its pid
 	// namespace's pid_max (initConfig.PidMax); the host then holds the run
 	// with a cgroup.
-	PidMaxErr string `json:"pid_max_error,omitempty"`
+	PidMaxErr string
 }
 
 type initConfig struct {
-	Command []string `json:"command"`
-	Dir     string   `json:"dir"`
-	Env     []string `json:"env"`
-	Ports   []uint16 `json:"ports"`
-	AllTCP  bool     `json:"all_tcp,omitempty"`
+	Command []string
+	Dir     string
+	Env     []string
+	// Ports, AllTCP and NoNetwork reach the init in its arguments, not on
+	// the control socket (netArgs): it sets the network up from its start.
+	// encodeMessage (codec_linux.go) leaves them out.
+	Ports  []uint16
+	AllTCP bool
 	// NoNetwork: only lo, up, and nothing else: no routes, no listeners, no
 	// rules (Spec.NoNetwork).
-	NoNetwork bool   `json:"no_network,omitempty"`
-	TTY       bool   `json:"tty"`
-	Layout    layout `json:"layout"`
+	NoNetwork bool
+	TTY       bool
+	Layout    layout
 	// PidMax, when set, is the pid_max the init gives the run's pid
 	// namespace, which holds the run to its pids limit (pidMaxFor).
-	PidMax int `json:"pid_max,omitempty"`
+	PidMax int
 	// NProc, when set, is the RLIMIT_NPROC the command starts with: the
 	// run's pids limit where no cgroup holds it.
-	NProc uint64 `json:"nproc,omitempty"`
+	NProc uint64
 	// Trust and Hide are Spec.TrustPEM's files and Spec.Hide (trust_linux.go).
-	Trust *trustFiles `json:"trust,omitempty"`
-	Hide  []string    `json:"hide,omitempty"`
+	Trust *trustFiles
+	Hide  []string
+}
+
+// netPlan is the network part of the init's configuration: what it makes of
+// the run's network namespace (configureNetns, or loopbackOnly).
+type netPlan struct {
+	Ports     []uint16
+	AllTCP    bool
+	NoNetwork bool
+}
+
+// netArgs are the init's arguments after InitArg, which hold its netPlan: the
+// init sets the network up from its first instant, beside taking the rest of
+// its configuration from the control socket. They are the run's to read
+// (pid 1's /proc/PID/cmdline), and hold nothing but what the run meets at
+// its first connect anyway.
+func netArgs(p netPlan) []string {
+	if p.NoNetwork {
+		return []string{"--no-network"}
+	}
+	ports := make([]string, len(p.Ports))
+	for i, port := range p.Ports {
+		ports[i] = strconv.Itoa(int(port))
+	}
+	args := []string{"--ports=" + strings.Join(ports, ",")}
+	if p.AllTCP {
+		args = append(args, "--all-tcp")
+	}
+	return args
+}
+
+// parseNetArgs reads what netArgs wrote; anything else is refused.
+func parseNetArgs(args []string) (netPlan, error) {
+	var p netPlan
+	seenPorts := false
+	for _, a := range args {
+		switch {
+		case a == "--no-network" && !p.NoNetwork:
+			p.NoNetwork = true
+		case a == "--all-tcp" && !p.AllTCP:
+			p.AllTCP = true
+		case strings.HasPrefix(a, "--ports=") && !seenPorts:
+			seenPorts = true
+			list := strings.TrimPrefix(a, "--ports=")
+			if list == "" {
+				continue
+			}
+			for f := range strings.SplitSeq(list, ",") {
+				n, err := strconv.ParseUint(f, 10, 16)
+				if err != nil || n == 0 || f != strconv.FormatUint(n, 10) {
+					return netPlan{}, fmt.Errorf("init argument %q: %q is not a port (1-65535)", a, f)
+				}
+				p.Ports = append(p.Ports, uint16(n))
+			}
+		default:
+			return netPlan{}, fmt.Errorf("init argument %q: want --ports=P,P..., --all-tcp or --no-network, each once", a)
+		}
+	}
+	switch {
+	case p.NoNetwork && (seenPorts || p.AllTCP):
+		return netPlan{}, errors.New("init arguments: --no-network with ports")
+	case !p.NoNetwork && !seenPorts:
+		return netPlan{}, errors.New("init arguments: neither --ports nor --no-network")
+	}
+	return p, nil
 }
 
 // wireError is a failed step as it crosses the channel; the host adds the remedy.
@@ -115,11 +183,7 @@ func newChannel(f *os.File) (*channel, error) {
 }
 
 func (c *channel) send(m message, files ...*os.File) error {
-	body, err := json.Marshal(m)
-	if err != nil {
-		return fmt.Errorf("encode %s message: %w", m.Type, err)
-	}
-	frame := wire.Append(nil, frameMessage, body)
+	frame := wire.Append(nil, frameMessage, encodeMessage(m))
 	var oob []byte
 	if len(files) > 0 {
 		fds := make([]int, len(files))
@@ -177,9 +241,7 @@ func (c *channel) recv() (message, []*os.File, error) {
 		}
 	}
 	if err == nil {
-		if jerr := json.Unmarshal(body, &m); jerr != nil {
-			err = fmt.Errorf("decode control message: %w", jerr)
-		}
+		m, err = decodeMessage(body)
 	}
 	if err != nil {
 		for _, f := range files {

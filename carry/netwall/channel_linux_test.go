@@ -1,7 +1,6 @@
 package netwall
 
 import (
-	"encoding/json"
 	"os"
 	"testing"
 
@@ -65,16 +64,15 @@ func TestChannelCarriesMessagesAndDescriptors(t *testing.T) {
 // FuzzChannelRecv feeds arbitrary bytes to the control channel's reader: it
 // must fail cleanly, never panic or take more than maxMessage.
 func FuzzChannelRecv(f *testing.F) {
-	frame := func(v any) []byte {
-		body, _ := json.Marshal(v)
-		return wire.Append(nil, frameMessage, body)
+	frame := func(m message) []byte {
+		return wire.Append(nil, frameMessage, encodeMessage(m))
 	}
 	f.Add(frame(message{Type: msgStarted, Pid: 2}))
 	f.Add(append(frame(message{Type: msgSignal, Signal: 15}), frame(message{Type: msgError, Err: &wireError{Step: "x"}})...))
 	f.Add([]byte{frameMessage, 0xff, 0xff, 0xff, 0xff})
-	f.Add([]byte{frameMessage, 0, 0, 0, 2, '{', '}'})
-	f.Add([]byte{frameMessage + 1, 0, 0, 0, 2, '{', '}'})
-	f.Add([]byte{frameMessage, 0, 0, 0, 9, '{', '"', 't', 'y', 'p', 'e', '"', ':', '1'})
+	f.Add([]byte{frameMessage, 0, 0, 0, 2, 1, 'x'})
+	f.Add([]byte{frameMessage + 1, 0, 0, 0, 2, 1, 'x'})
+	f.Add([]byte{frameMessage, 0, 0, 0, 3, 0x7f, 'x', 'y'})
 	f.Add([]byte{0, 0})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		a, b := channelPair(t)

@@ -626,7 +626,7 @@ func TestInitStartsInItsCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Close(fd)
-	cmd, ctl, err := startInit(Self, Spec{}, nil, fd)
+	cmd, ctl, err := startInit(Self, Spec{}, &initConfig{}, fd)
 	if err != nil {
 		t.Fatalf("start the init in %s: %v", dir, err)
 	}

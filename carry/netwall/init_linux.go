@@ -28,9 +28,10 @@ const (
 
 // Init is the wall's init, pid 1 of the run's namespaces; the process Raise
 // starts with InitArg calls it and exits with the status it returns. It sets up
-// the namespace as the control socket asks, starts the command with every
-// privilege dropped (see startCommand), reaps every process that ends in the
-// pid namespace and returns the command's status (128+n for signal n).
+// the namespace as args (netArgs) and the control socket ask, starts the
+// command with every privilege dropped (see startCommand), reaps every
+// process that ends in the pid namespace and returns the command's status
+// (128+n for signal n).
 // Signals arriving on signals and
 // from Wall.Signal go to the command's process group. When ctx is done or the
 // host side disappears, the run is killed.
@@ -41,7 +42,12 @@ const (
 // pid 1 ignores).
 //
 // Init assumes it owns the process: it must only be called from that entry point.
-func Init(ctx context.Context, signals <-chan os.Signal, notifySignals func()) int {
+func Init(ctx context.Context, args []string, signals <-chan os.Signal, notifySignals func()) int {
+	plan, err := parseNetArgs(args)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "postern: network wall init: %v (it only runs under 'postern run')\n", err)
+		return exitInitFailed
+	}
 	ctl, err := newChannel(os.NewFile(controlFD, "wall-control"))
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "postern: network wall init: %v (it only runs under 'postern run')\n", err)
@@ -49,11 +55,15 @@ func Init(ctx context.Context, signals <-chan os.Signal, notifySignals func()) i
 	}
 	defer ctl.Close()
 
+	// The network is made while the rest of the configuration arrives and
+	// is decoded: it needs nothing of it.
+	network := startNetwork(plan)
 	m, _, err := ctl.recv()
 	if err != nil || m.Type != msgConfig || m.Config == nil {
 		return exitInitFailed
 	}
 	cfg := *m.Config
+	cfg.Ports, cfg.AllTCP, cfg.NoNetwork = plan.Ports, plan.AllTCP, plan.NoNetwork
 
 	// The run and the init share its pids limit: once the run has filled
 	// it, a thread the Go runtime then made for the init would fail, and
@@ -79,7 +89,7 @@ func Init(ctx context.Context, signals <-chan os.Signal, notifySignals func()) i
 			ready.PidMaxErr = err.Error()
 		}
 	}
-	files, view, werr := setup(cfg, afterMounts)
+	files, view, werr := setup(cfg, network, afterMounts)
 	if werr != nil {
 		_ = ctl.send(message{Type: msgError, Err: werr})
 		return exitInitFailed
@@ -93,6 +103,9 @@ func Init(ctx context.Context, signals <-chan os.Signal, notifySignals func()) i
 		return exitInitFailed
 	}
 
+	// The thread that starts the command gives up its privileges while the
+	// host answers.
+	starter, starterErr := prepareDropped(cfg.Command[0], cfg.Env)
 	if m, _, err = ctl.recv(); err != nil || m.Type != msgStart {
 		return exitInitFailed
 	}
@@ -111,14 +124,17 @@ func Init(ctx context.Context, signals <-chan os.Signal, notifySignals func()) i
 	// The run's processes share the init's uid: whatever of the init /proc
 	// gates behind ptrace (its descriptors, memory, environment) is theirs to
 	// read wherever the init's credentials are no more than theirs, as they
-	// are on the thread that starts the command (see startDropped). Not
+	// are on the thread that starts the command (see dropped). Not
 	// dumpable, the init is out of their reach whatever its threads hold.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: fmt.Sprintf("make the init not dumpable: %v", err)}})
 		return exitInitFailed
 	}
 	<-spare
-	pid, notify, err := startCommand(cfg, tty)
+	if starterErr != nil {
+		starter = nil
+	}
+	pid, notify, err := startCommand(cfg, tty, starter)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})
 		return exitInitFailed
@@ -249,33 +265,41 @@ func signalRequests(ctl *channel) <-chan syscall.Signal {
 	return reqs
 }
 
-// setup makes the namespace the wall: lo, routes, listeners, rules, mounts.
-// It returns the listeners' descriptors (transparent, DNS UDP, DNS TCP) and
-// what it keeps of the run's view for its end.
-//
-// afterMounts is called once the mounts are made, while the network may
-// still be set up.
-func setup(cfg initConfig, afterMounts func()) ([]*os.File, *mounted, *wireError) {
-	// The network namespace and the mount namespace are made side by side:
-	// neither step reads what the other changes.
-	type network struct {
-		files []*os.File
-		werr  *wireError
-	}
+// network is what startNetwork made of the run's network namespace.
+type network struct {
+	files []*os.File
+	werr  *wireError
+}
+
+// startNetwork makes the calling process's network namespace the wall as
+// plan says, on a goroutine of its own; the channel gives what it made.
+func startNetwork(plan netPlan) <-chan network {
+	// Before the mounts, which seal /proc.
 	primeListenBacklog()
-	netDone := make(chan network, 1)
+	done := make(chan network, 1)
 	go func() {
 		var n network
-		if cfg.NoNetwork {
+		if plan.NoNetwork {
 			n.werr = loopbackOnly()
 		} else {
-			n.files, n.werr = configureNetns(cfg.Ports, cfg.AllTCP)
+			n.files, n.werr = configureNetns(plan.Ports, plan.AllTCP)
 		}
-		netDone <- n
+		done <- n
 	}()
 	// A goroutine just made waits in this one's turn, which only ends when
 	// it blocks; yielding hands it to the other processor now.
 	runtime.Gosched()
+	return done
+}
+
+// setup makes the mount namespace the run's and takes what startNetwork
+// made (netDone) beside it: lo, routes, listeners, rules. It returns the
+// listeners' descriptors (transparent, DNS UDP, DNS TCP) and what it keeps
+// of the run's view for its end. Neither step reads what the other changes.
+//
+// afterMounts is called once the mounts are made, while the network may
+// still be set up.
+func setup(cfg initConfig, netDone <-chan network, afterMounts func()) ([]*os.File, *mounted, *wireError) {
 	view, err := privateMounts(cfg)
 	afterMounts()
 	n := <-netDone
@@ -594,11 +618,11 @@ func resolvConfUnder() (string, []byte) {
 // caller's session its /dev/tty would be the caller's terminal, where TIOCSTI
 // types into the shell that started postern.) The command is forked from a
 // thread of the init that first gives up what the ExecArg stage gives up
-// (see startDropped); where that cannot start it as the stage would, the
+// (see dropped); where that cannot start it as the stage would, the
 // ExecArg stage starts it.
 // It returns the pid and, where Landlock confines the command's connects,
 // its connect notification descriptor (nil if none).
-func startCommand(cfg initConfig, tty *runTerminal) (int, *os.File, error) {
+func startCommand(cfg initConfig, tty *runTerminal, starter *dropped) (int, *os.File, error) {
 	attr := &syscall.ProcAttr{
 		Dir:   cfg.Dir,
 		Env:   cfg.Env,
@@ -610,11 +634,13 @@ func startCommand(cfg initConfig, tty *runTerminal) (int, *os.File, error) {
 		attr.Sys.Setctty = true
 		attr.Sys.Ctty = 0
 	}
-	if pid, err := startDropped(cfg.Command, attr); !errors.Is(err, errUseStage) {
-		if err != nil {
-			return 0, nil, fmt.Errorf("start %q in %s: %w", cfg.Command[0], cfg.Dir, err)
+	if starter != nil {
+		if pid, err := starter.start(cfg.Command, attr); !errors.Is(err, errUseStage) {
+			if err != nil {
+				return 0, nil, fmt.Errorf("start %q in %s: %w", cfg.Command[0], cfg.Dir, err)
+			}
+			return pid, nil, nil
 		}
-		return pid, nil, nil
 	}
 	argv := append([]string{os.Args[0], ExecArg}, cfg.Command...)
 	// Landlock will refuse connects the wall never sees: the exec stage

@@ -15,10 +15,11 @@ var ForwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 
 // InitMain is the main of a process started with InitArg: the wall's init,
 // whose exit status it returns. Whatever binary it is (postern, or the init
-// of its own, cmd/postern-wall) calls it before anything else.
-func InitMain() int {
+// of its own, cmd/postern-wall) calls it before anything else, with the
+// arguments after InitArg.
+func InitMain(args []string) int {
 	sigs := make(chan os.Signal, 8)
-	return Init(context.Background(), sigs, func() {
+	return Init(context.Background(), args, sigs, func() {
 		// SIGWINCH: the init resizes the run's terminal. SIGINT and
 		// SIGTERM are the run's to handle: the init passes them on
 		// instead of stopping.

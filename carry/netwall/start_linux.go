@@ -15,59 +15,62 @@ import (
 // errUseStage says the command must be started through the ExecArg stage.
 var errUseStage = errors.New("start through the exec stage")
 
-// startDropped forks and execs argv from a thread of this process that first
-// gives up, for itself, what the ExecArg stage gives up before its exec
-// (ExecDropped): every capability, with the securebits locked and
-// no_new_privs set, under the filter refusing setuid and setgid files, with
-// every descriptor above 2 close-on-exec. Credentials, no_new_privs and the
-// filter are a thread's own, and a child has its forking thread's; the thread
-// is locked to its goroutine and ends with it, so nothing else of the init
-// ever runs on it, and the Go runtime starts no thread from a locked one;
-// it is never the main thread, which /proc shows as the init. While it
-// lasts, the init being not dumpable (see Init) keeps it, like every thread
-// of the init, out of the command's reach through /proc. So the command
-// starts as the stage would have started it, without a start of this binary
-// in between.
-//
-// It returns errUseStage, having started nothing, where the stage has more
-// to do or would answer differently: Landlock to apply, a command not found
-// or found through a relative PATH entry (the stage's exit 127 and its
-// message), a step or an exec that fails (126).
-func startDropped(argv []string, attr *syscall.ProcAttr) (int, error) {
-	for _, kv := range attr.Env {
+// dropped is a thread of this process that gives up, for itself, what the
+// ExecArg stage gives up before its exec (ExecDropped): every capability,
+// with the securebits locked and no_new_privs set, under the filter
+// refusing setuid and setgid files, with every descriptor above 2
+// close-on-exec; then forks and execs the command, once, when start asks.
+// Credentials, no_new_privs and the filter are a thread's own, and a child
+// has its forking thread's; the thread is locked to its goroutine and ends
+// with it, so nothing else of the init ever runs on it, and the Go runtime
+// starts no thread from a locked one; it is never the main thread, which
+// /proc shows as the init. While it lasts, the init being not dumpable (see
+// Init) keeps it, like every thread of the init, out of the command's reach
+// through /proc, once there is a command. So the command starts as the
+// stage would have started it, without a start of this binary in between;
+// and with the thread made while the host answers the init's ready, the
+// start waits for little more than the fork.
+type dropped struct {
+	path string
+	env  []string
+	// given says whether the thread has given it all up (nil) or not
+	// (errUseStage); fork takes what to start; started gives the pid.
+	given   chan error
+	fork    chan forkRequest
+	started chan droppedStart
+}
+
+type forkRequest struct {
+	argv []string
+	attr *syscall.ProcAttr
+}
+
+type droppedStart struct {
+	pid int
+	err error
+}
+
+// prepareDropped makes the dropped thread that starts argv0 in env. It
+// returns errUseStage, having made nothing, where the stage has more to do
+// or would answer differently: Landlock to apply, a command not found or
+// found through a relative PATH entry (the stage's exit 127 and its
+// message).
+func prepareDropped(argv0 string, env []string) (*dropped, error) {
+	for _, kv := range env {
 		if strings.HasPrefix(kv, LandlockEnv+"=") {
-			return 0, errUseStage
+			return nil, errUseStage
 		}
 	}
-	path, env, ok := lookCommand(argv[0], attr.Env)
+	path, env, ok := lookCommand(argv0, env)
 	if !ok {
-		return 0, errUseStage
+		return nil, errUseStage
 	}
-	attr = &syscall.ProcAttr{Dir: attr.Dir, Env: env, Files: attr.Files, Sys: attr.Sys}
-	type started struct {
-		pid int
-		err error
-	}
-	done := make(chan started, 1)
-	forkDropped := func() {
-		// Never unlocked: the thread goes when this goroutine ends.
-		runtime.LockOSThread()
-		// Where a step fails, the stage fails the same way and says so as
-		// it always has (exit 126, or 127 for a command not found).
-		if dropPrivileges() != nil || installSetIDFilter(0) != nil || closeInherited() != nil {
-			done <- started{err: errUseStage}
-			return
-		}
-		pid, err := syscall.ForkExec(path, argv, attr)
-		if err != nil {
-			err = errUseStage
-		}
-		done <- started{pid, err}
-	}
+	d := &dropped{path: path, env: env, given: make(chan error, 1),
+		fork: make(chan forkRequest), started: make(chan droppedStart, 1)}
 	go func() {
 		runtime.LockOSThread()
 		if unix.Gettid() != unix.Getpid() {
-			forkDropped() // on this thread, which goes with it
+			d.serve() // on this thread, which goes with it
 			return
 		}
 		// The main thread is the one /proc shows as the init (pid 1 of the
@@ -77,11 +80,47 @@ func startDropped(argv []string, attr *syscall.ProcAttr) (int, error) {
 		held := make(chan struct{})
 		go func() {
 			defer close(held)
-			forkDropped()
+			d.serve()
 		}()
 		<-held
 	}()
-	s := <-done
+	return d, nil
+}
+
+// serve is the dropped thread's life.
+func (d *dropped) serve() {
+	// Never unlocked: the thread goes when this goroutine ends.
+	runtime.LockOSThread()
+	// Where a step fails, the stage fails the same way and says so as it
+	// always has (exit 126, or 127 for a command not found).
+	if dropPrivileges() != nil || installSetIDFilter(0) != nil {
+		d.given <- errUseStage
+		return
+	}
+	d.given <- nil
+	req := <-d.fork
+	// Here, not before: a descriptor the init opened meanwhile is covered.
+	if closeInherited() != nil {
+		d.started <- droppedStart{err: errUseStage}
+		return
+	}
+	pid, err := syscall.ForkExec(d.path, req.argv, req.attr)
+	if err != nil {
+		err = errUseStage
+	}
+	d.started <- droppedStart{pid, err}
+}
+
+// start forks and execs argv from the dropped thread with attr, in the
+// environment the command was looked up in (see lookCommand). It returns
+// errUseStage, having started nothing, where the thread could not give it
+// all up, or the fork or exec failed (the stage's 126).
+func (d *dropped) start(argv []string, attr *syscall.ProcAttr) (int, error) {
+	if err := <-d.given; err != nil {
+		return 0, err
+	}
+	d.fork <- forkRequest{argv, &syscall.ProcAttr{Dir: attr.Dir, Env: d.env, Files: attr.Files, Sys: attr.Sys}}
+	s := <-d.started
 	return s.pid, s.err
 }
 

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case InitArg:
-			os.Exit(InitMain())
+			os.Exit(InitMain(os.Args[2:]))
 		case ExecArg:
 			err := ExecDropped(os.Args[2:])
 			fmt.Fprintln(os.Stderr, "postern:", err)

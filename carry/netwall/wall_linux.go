@@ -153,14 +153,14 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 			initPath = p
 		}
 	}
-	cmd, ctl, err := startInit(initPath, spec, cfg.Env, cgroupFD)
+	cmd, ctl, err := startInit(initPath, spec, &cfg, cgroupFD)
 	if err != nil && cgroupFD >= 0 {
 		// A kernel before 5.7, or a cgroup this user may not start in.
 		unix.Close(cgroupFD)
 		cgroupFD = -1
 		cg.remove()
 		cg, why = nil, fmt.Sprintf("start in cgroup %s: %v", cg.dir, err)
-		cmd, ctl, err = startInit(initPath, spec, cfg.Env, -1)
+		cmd, ctl, err = startInit(initPath, spec, &cfg, -1)
 	}
 	if cgroupFD >= 0 {
 		unix.Close(cgroupFD)
@@ -575,7 +575,7 @@ func dedupEnv(env []string) []string {
 // startInit starts the wall's init, the executable initPath, in new namespaces,
 // in the cgroup of cgroupFD when it is not -1, with the control socket as its
 // descriptor 3.
-func startInit(initPath string, spec Spec, env []string, cgroupFD int) (*exec.Cmd, *channel, error) {
+func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec.Cmd, *channel, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("control socketpair: %w", err)
@@ -589,10 +589,10 @@ func startInit(initPath string, spec Spec, env []string, cgroupFD int) (*exec.Cm
 	uid, gid := os.Getuid(), os.Getgid()
 	cmd := &exec.Cmd{
 		Path: initPath,
-		Args: []string{initPath, InitArg},
+		Args: append([]string{initPath, InitArg}, netArgs(netPlan{Ports: cfg.Ports, AllTCP: cfg.AllTCP, NoNetwork: cfg.NoNetwork})...),
 		// The init is pid 1 of the run, whose /proc shows its environment:
 		// it gets the run's, never more.
-		Env:        env,
+		Env:        cfg.Env,
 		ExtraFiles: []*os.File{childEnd},
 		SysProcAttr: &syscall.SysProcAttr{
 			Cloneflags:                 cloneFlags,

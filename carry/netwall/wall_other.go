@@ -17,17 +17,19 @@ type Wall struct{}
 // Raise is only available on Linux.
 func Raise(ctx context.Context, spec Spec) (*Wall, error) { return nil, ErrUnsupported }
 
-func (w *Wall) Listeners() door.Listeners                                   { return door.Listeners{} }
-func (w *Wall) Pid() int                                                    { return 0 }
-func (w *Wall) Start(ctx context.Context) error                             { return ErrUnsupported }
-func (w *Wall) Signal(sig syscall.Signal) error                             { return ErrUnsupported }
-func (w *Wall) Wait() (int, error)                                          { return -1, ErrUnsupported }
-func (w *Wall) Close() error                                                { return nil }
-func (w *Wall) Ending() Ending                                              { return Ending{} }
-func (w *Wall) PidsLimit() string                                           { return "" }
-func KeptInit(dir string) (string, error)                                   { return "", nil }
-func Init(ctx context.Context, signals <-chan os.Signal, notify func()) int { return 125 }
-func ExecDropped(argv []string) error                                       { return ErrUnsupported }
+func (w *Wall) Listeners() door.Listeners       { return door.Listeners{} }
+func (w *Wall) Pid() int                        { return 0 }
+func (w *Wall) Start(ctx context.Context) error { return ErrUnsupported }
+func (w *Wall) Signal(sig syscall.Signal) error { return ErrUnsupported }
+func (w *Wall) Wait() (int, error)              { return -1, ErrUnsupported }
+func (w *Wall) Close() error                    { return nil }
+func (w *Wall) Ending() Ending                  { return Ending{} }
+func (w *Wall) PidsLimit() string               { return "" }
+func KeptInit(dir string) (string, error)       { return "", nil }
+func Init(ctx context.Context, args []string, signals <-chan os.Signal, notify func()) int {
+	return 125
+}
+func ExecDropped(argv []string) error { return ErrUnsupported }
 
 // RuleConfig is what the wall's nftables rules depend on.
 type RuleConfig struct {

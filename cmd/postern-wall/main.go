@@ -21,7 +21,7 @@ func main() {
 	if len(os.Args) > 1 {
 		switch os.Args[1] {
 		case netwall.InitArg:
-			os.Exit(netwall.InitMain())
+			os.Exit(netwall.InitMain(os.Args[2:]))
 		case netwall.ExecArg:
 			os.Exit(netwall.ExecMain(os.Args[2:]))
 		case hugetext.Arg:

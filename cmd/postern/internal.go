@@ -22,7 +22,7 @@ import (
 // reexecs are the hidden entry points by first argument. Each gets the
 // arguments after it and returns the process's exit status.
 var reexecs = map[string]func(args []string) int{
-	netwall.InitArg: func([]string) int { return netwall.InitMain() },
+	netwall.InitArg: netwall.InitMain,
 	netwall.ExecArg: netwall.ExecMain,
 	seatbelt.ExecArg: func(args []string) int {
 		err := seatbelt.ExecMain(args)
