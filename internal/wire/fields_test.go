@@ -54,7 +54,7 @@ func TestFieldReaderRefuses(t *testing.T) {
 	}{
 		"cut uint":    {[]byte{0x80}, func(r *FieldReader) { r.Uint() }},
 		"bool 2":      {[]byte{2}, func(r *FieldReader) { r.Bool() }},
-		"cut string":  {[]byte{3, 'a'}, func(r *FieldReader) { r.String() }},
+		"cut string":  {[]byte{3, 'a'}, func(r *FieldReader) { _ = r.String() }},
 		"huge count":  {[]byte{0xff, 0xff, 0xff, 0xff, 0x0f, 'a'}, func(r *FieldReader) { r.Strings() }},
 		"left over":   {[]byte{1, 7}, func(r *FieldReader) { r.Bool() }},
 		"nothing":     {nil, func(r *FieldReader) { r.Int() }},
