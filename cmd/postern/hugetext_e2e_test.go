@@ -19,8 +19,8 @@ import (
 	"github.com/postern-dev/postern/internal/testhosts"
 )
 
-// Measuring the machine leaves postern's code in the page cache as huge
-// pages, where the kernel gives a file such pages at all (as a direct
+// Measuring the machine leaves postern's code, and the wall's init it keeps,
+// in the page cache as huge pages, where the kernel gives a file such pages at all (as a direct
 // priming of a copy shows): the next run's controller maps it so, having
 // started from a cache that held it in small pages. The probe's output and
 // exit status are as they were, though its process ended as the primer.
@@ -64,18 +64,32 @@ func TestProbeHoldsPosternsCodeInHugePages(t *testing.T) {
 	if direct == 0 && after != 0 {
 		t.Fatalf("huge pages where a direct priming had none: %d", after)
 	}
+	// The wall's init, kept by the probe's walls, primed beside postern:
+	// its page cache holds huge pages an aligned mapping gets whole.
+	kept, _ := filepath.Glob(filepath.Join(p.Home, "lib", "wall-init-*"))
+	if len(kept) != 1 {
+		t.Fatalf("kept inits after the probe: %v", kept)
+	}
+	if init, err := hugetext.CachedHuge(kept[0]); err != nil || (direct > 0) != (init > 0) {
+		t.Fatalf("the kept init after the probe: %d kB in huge pages (%v), a direct priming of postern %d kB", init>>10, err, direct>>10)
+	}
 
 	// Dropped from the cache again (memory ran short, a reboot): a short
 	// run leaves it as it finds it; one that lasts primes it on its way
 	// out, its output and status untouched.
 	uncache(t, bin)
+	uncache(t, kept[0])
 	if r := p.exec(t, "run", "--", "true"); r.Code != 0 {
 		t.Fatalf("short run: exit %d\n%s", r.Code, r.Stderr)
+	}
+	if init, err := hugetext.CachedHuge(kept[0]); err != nil || init != 0 {
+		t.Fatalf("a short run primed the kept init (%d kB in huge pages, %v)", init>>10, err)
 	}
 	if got := controllerHuge(t, p, false, "run", "--", "sleep", "5"); got != 0 {
 		t.Fatalf("a short run primed postern's code (%d kB in huge pages)", got>>10)
 	}
 	uncache(t, bin)
+	uncache(t, kept[0])
 	long := p.exec(t, "run", "--", "sh", "-c", "sleep 1.2; echo lasted; exit 3")
 	if long.Code != 3 || long.Stdout != "lasted\n" {
 		t.Fatalf("long run: exit %d, stdout %q\n%s", long.Code, long.Stdout, long.Stderr)
@@ -83,6 +97,9 @@ func TestProbeHoldsPosternsCodeInHugePages(t *testing.T) {
 	again := controllerHuge(t, p, direct > 0, "run", "--", "sleep", "5")
 	if (direct > 0) != (again > 0) {
 		t.Fatalf("after a run that lasted: %d kB in huge pages, a direct priming %d kB", again>>10, direct>>10)
+	}
+	if init, err := hugetext.CachedHuge(kept[0]); err != nil || (direct > 0) != (init > 0) {
+		t.Fatalf("the kept init after a run that lasted: %d kB in huge pages (%v), a direct priming of postern %d kB", init>>10, err, direct>>10)
 	}
 }
 

@@ -22,6 +22,9 @@ func Possible() bool { return false }
 // PrimeFile does nothing off Linux.
 func PrimeFile(string) (int64, error) { return 0, errors.ErrUnsupported }
 
+// CachedHuge is 0 off Linux.
+func CachedHuge(string) (int64, error) { return 0, errors.ErrUnsupported }
+
 // AtExit does nothing off Linux.
 func AtExit(string) {}
 
