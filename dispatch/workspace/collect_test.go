@@ -89,7 +89,7 @@ func TestCollectAfterCommitsKeepsShippedIndex(t *testing.T) {
 
 	// The index is seeded from the shipped one, not made again.
 	g := git{dir: run, clean: true, env: []string{"GIT_DIR=" + filepath.Join(run, ".git"), "GIT_WORK_TREE=" + run, "GIT_INDEX_FILE=" + filepath.Join(tmp, "seed")}}
-	kept, err := seedIndex(ctx, g, filepath.Join(tmp, "seed"), b, head)
+	kept, err := seedIndex(ctx, g, filepath.Join(tmp, "seed"), p.indexFile(id), head)
 	if err != nil || !kept {
 		t.Fatalf("seeding from the shipped index after the run's commits: kept %v, %v", kept, err)
 	}

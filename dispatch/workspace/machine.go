@@ -285,8 +285,8 @@ func Prepare(ctx context.Context, p Places, req agent.WorkspaceRequest, upload i
 		}
 		// Its index too, made here before the run: Collect starts from it
 		// and hashes only the files whose stat the run changed.
-		if b, err := os.ReadFile(filepath.Join(tmp, "shipped-index")); err == nil {
-			if err := os.WriteFile(p.indexFile(req.RunID), b, 0o600); err != nil {
+		if shipped := filepath.Join(tmp, "shipped-index"); fileExists(shipped) {
+			if err := copyIndex(shipped, p.indexFile(req.RunID)); err != nil {
 				return nil, diskFull(p.Runs, err)
 			}
 		}
@@ -383,10 +383,10 @@ func makeTree(ctx context.Context, run, objects string, req agent.WorkspaceReque
 	}
 	spareIndex := run + ".spare-index"
 	defer os.Remove(spareIndex)
-	if b, err := os.ReadFile(spareIndex); reuse && err == nil {
+	if reuse && fileExists(spareIndex) {
 		// The index Collect made of this tree: reset compares each file's
 		// stat with it and rewrites only those that differ from the base.
-		if err := os.WriteFile(filepath.Join(run, ".git", "index"), b, 0o600); err != nil {
+		if err := copyIndex(spareIndex, filepath.Join(run, ".git", "index")); err != nil {
 			return err
 		}
 	} else if reuse {

@@ -96,9 +96,9 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	// an index whose files the run changed ("not uptodate"), which is every
 	// run that committed; --reset keeps the stat of each entry whose object
 	// HEAD's tree still has and takes the rest from the tree, unhashed.
-	saved, rerr := os.ReadFile(p.indexFile(req.RunID))
-	if rerr != nil {
-		saved = nil
+	saved := p.indexFile(req.RunID)
+	if _, err := os.Stat(saved); err != nil {
+		saved = ""
 	}
 	_, err = seedIndex(ctx, g, filepath.Join(tmp, "index"), saved, head)
 	if err != nil {
@@ -114,9 +114,7 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	// This index was made here, from the files as the run left them: kept
 	// beside the copy, it lets a spare copy be reset without hashing every
 	// file again (see makeTree). The run's own index is never used for it.
-	if b, err := os.ReadFile(filepath.Join(tmp, "index")); err == nil {
-		_ = os.WriteFile(p.indexFile(req.RunID), b, 0o600)
-	}
+	_ = copyIndex(filepath.Join(tmp, "index"), p.indexFile(req.RunID))
 	shipped := ""
 	if b, err := os.ReadFile(p.shippedFile(req.RunID)); err == nil {
 		shipped = strings.TrimSpace(string(b))
@@ -264,13 +262,13 @@ func (c *countingWriter) Write(b []byte) (int, error) {
 // seedIndex makes the index at path hold head's tree (none: empty), from
 // saved, an index postern made of this copy, when there is one: kept says
 // its stat information was kept for the entries head's tree still has.
-func seedIndex(ctx context.Context, g git, path string, saved []byte, head string) (kept bool, err error) {
+func seedIndex(ctx context.Context, g git, path string, saved string, head string) (kept bool, err error) {
 	if head == "" {
 		_, err = g.out(ctx, nil, "read-tree", "--empty")
 		return false, err
 	}
-	if saved != nil {
-		if err := os.WriteFile(path, saved, 0o600); err != nil {
+	if saved != "" {
+		if err := copyIndex(saved, path); err != nil {
 			return false, err
 		}
 		if _, err := g.out(ctx, nil, "read-tree", "--reset", head); err == nil {
@@ -280,4 +278,30 @@ func seedIndex(ctx context.Context, g git, path string, saved []byte, head strin
 	}
 	_, err = g.out(ctx, nil, "read-tree", head)
 	return false, err
+}
+
+// copyIndex copies the git index at from to to, with from's modification
+// time: git takes an entry whose file changed in the same instant as the
+// index was written (same size, same timestamp) for unchanged unless that
+// timestamp is the index file's own, which it then checks by content. A
+// copy with a time of its own would hide such a change, a run's write among
+// them, and the result would lose it.
+func copyIndex(from, to string) error {
+	st, err := os.Stat(from)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(from)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		return err
+	}
+	return os.Chtimes(to, st.ModTime(), st.ModTime())
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
