@@ -60,16 +60,12 @@ type initConfig struct {
 	Command []string
 	Dir     string
 	Env     []string
-	// Ports, AllTCP and NoNetwork reach the init in its arguments, not on
-	// the control socket (netArgs): it sets the network up from its start.
-	// encodeMessage (codec_linux.go) leaves them out.
-	Ports  []uint16
-	AllTCP bool
-	// NoNetwork: only lo, up, and nothing else: no routes, no listeners, no
-	// rules (Spec.NoNetwork).
-	NoNetwork bool
-	TTY       bool
-	Layout    layout
+	// netPlan reaches the init in its arguments, not on the control socket
+	// (netArgs): it sets the network up from its start. encodeMessage
+	// (codec_linux.go) leaves it out.
+	netPlan
+	TTY    bool
+	Layout layout
 	// PidMax, when set, is the pid_max the init gives the run's pid
 	// namespace, which holds the run to its pids limit (pidMaxFor).
 	PidMax int
@@ -84,8 +80,10 @@ type initConfig struct {
 // netPlan is the network part of the init's configuration: what it makes of
 // the run's network namespace (configureNetns, or loopbackOnly).
 type netPlan struct {
-	Ports     []uint16
-	AllTCP    bool
+	Ports  []uint16
+	AllTCP bool
+	// NoNetwork: only lo, up, and nothing else: no routes, no listeners, no
+	// rules (Spec.NoNetwork).
 	NoNetwork bool
 }
 
@@ -147,9 +145,9 @@ func parseNetArgs(args []string) (netPlan, error) {
 
 // wireError is a failed step as it crosses the channel; the host adds the remedy.
 type wireError struct {
-	Step    string `json:"step"`
-	Message string `json:"message"`
-	Errno   int    `json:"errno,omitempty"`
+	Step    string
+	Message string
+	Errno   int
 }
 
 func stepError(step string, err error) *wireError {

@@ -63,7 +63,7 @@ func Init(ctx context.Context, args []string, signals <-chan os.Signal, notifySi
 		return exitInitFailed
 	}
 	cfg := *m.Config
-	cfg.Ports, cfg.AllTCP, cfg.NoNetwork = plan.Ports, plan.AllTCP, plan.NoNetwork
+	cfg.netPlan = plan
 
 	// The run and the init share its pids limit: once the run has filled
 	// it, a thread the Go runtime then made for the init would fail, and
@@ -105,7 +105,7 @@ func Init(ctx context.Context, args []string, signals <-chan os.Signal, notifySi
 
 	// The thread that starts the command gives up its privileges while the
 	// host answers.
-	starter, starterErr := prepareDropped(cfg.Command[0], cfg.Env)
+	starter := prepareDropped(cfg.Command[0], cfg.Env)
 	if m, _, err = ctl.recv(); err != nil || m.Type != msgStart {
 		return exitInitFailed
 	}
@@ -131,9 +131,6 @@ func Init(ctx context.Context, args []string, signals <-chan os.Signal, notifySi
 		return exitInitFailed
 	}
 	<-spare
-	if starterErr != nil {
-		starter = nil
-	}
 	pid, notify, err := startCommand(cfg, tty, starter)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})

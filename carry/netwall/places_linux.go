@@ -19,33 +19,33 @@ import (
 // so a path changed meanwhile fails the run rather than leading elsewhere.
 type layout struct {
 	// Home is overlaid with the run's private layer; "" is no home.
-	Home string `json:"home,omitempty"`
+	Home string
 	// Binds are written for real: the working directory or its work tree,
 	// the writable places that exist; parents first.
-	Binds []string `json:"binds,omitempty"`
+	Binds []string
 	// Git are the repository's git directories: overlaid too, with what a
 	// commit writes bound for real and copied back.
-	Git []gitPlace `json:"git,omitempty"`
+	Git []gitPlace
 	// Copies are writable places below Home (relative to it) that are files
 	// or do not exist yet: what the run leaves there is copied back.
-	Copies []string `json:"copies,omitempty"`
+	Copies []string
 	// ReadOnly are bound read-only over the places above; Masks are covered
 	// with an empty read-only file or directory, last of all.
-	ReadOnly []string `json:"read_only,omitempty"`
-	Masks    []string `json:"masks,omitempty"`
+	ReadOnly []string
+	Masks    []string
 	// Keep is where the home's private layer is copied at the end.
-	Keep string `json:"keep,omitempty"`
+	Keep string
 }
 
 // gitPlace is one git directory of the run's repository.
 type gitPlace struct {
-	Dir string `json:"dir"`
+	Dir string
 	// Bound are its subdirectories (of gitBound) bound for real: they existed.
-	Bound []string `json:"bound,omitempty"`
+	Bound []string
 	// Index says this git directory holds the work tree's index; Gitlinks
 	// are the submodules that index had before the run.
-	Index    bool     `json:"index,omitempty"`
-	Gitlinks []string `json:"gitlinks,omitempty"`
+	Index    bool
+	Gitlinks []string
 }
 
 // gitBound are the subdirectories of a git directory a commit writes into:
@@ -342,10 +342,10 @@ func readDirNames(dir string) []string {
 // fileID is what a file was, to tell whether it changed: nothing, or its
 // inode, size and modification time.
 type fileID struct {
-	Exists bool   `json:"exists,omitempty"`
-	Ino    uint64 `json:"ino,omitempty"`
-	Size   int64  `json:"size,omitempty"`
-	Mtime  int64  `json:"mtime,omitempty"`
+	Exists bool
+	Ino    uint64
+	Size   int64
+	Mtime  int64
 }
 
 func idOf(st *unix.Stat_t) fileID {

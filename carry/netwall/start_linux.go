@@ -51,19 +51,18 @@ type droppedStart struct {
 }
 
 // prepareDropped makes the dropped thread that starts argv0 in env. It
-// returns errUseStage, having made nothing, where the stage has more to do
-// or would answer differently: Landlock to apply, a command not found or
-// found through a relative PATH entry (the stage's exit 127 and its
-// message).
-func prepareDropped(argv0 string, env []string) (*dropped, error) {
+// returns nil, having made nothing, where the stage has more to do or would
+// answer differently: Landlock to apply, a command not found or found
+// through a relative PATH entry (the stage's exit 127 and its message).
+func prepareDropped(argv0 string, env []string) *dropped {
 	for _, kv := range env {
 		if strings.HasPrefix(kv, LandlockEnv+"=") {
-			return nil, errUseStage
+			return nil
 		}
 	}
 	path, env, ok := lookCommand(argv0, env)
 	if !ok {
-		return nil, errUseStage
+		return nil
 	}
 	d := &dropped{path: path, env: env, given: make(chan error, 1),
 		fork: make(chan forkRequest), started: make(chan droppedStart, 1)}
@@ -84,7 +83,7 @@ func prepareDropped(argv0 string, env []string) (*dropped, error) {
 		}()
 		<-held
 	}()
-	return d, nil
+	return d
 }
 
 // serve is the dropped thread's life.

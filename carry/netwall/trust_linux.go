@@ -33,9 +33,9 @@ var systemBundles = []string{"/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls
 // trustFiles are the contents of the run's trust files, made outside the run
 // and written inside it.
 type trustFiles struct {
-	CA     []byte `json:"ca"`
-	Bundle []byte `json:"bundle"`
-	Java   []byte `json:"java"`
+	CA     []byte
+	Bundle []byte
+	Java   []byte
 }
 
 // trustVariables are what clients read a bundle from, each pointing at the

@@ -97,7 +97,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	cfg := initConfig{Command: spec.Command, Dir: spec.Dir, Env: spec.Env, Ports: spec.Ports, AllTCP: spec.AllTCP, NoNetwork: spec.NoNetwork, TTY: spec.TTY}
+	cfg := initConfig{Command: spec.Command, Dir: spec.Dir, Env: spec.Env, netPlan: netPlan{Ports: spec.Ports, AllTCP: spec.AllTCP, NoNetwork: spec.NoNetwork}, TTY: spec.TTY}
 	if cfg.Env == nil {
 		cfg.Env = os.Environ()
 	}
@@ -589,7 +589,7 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 	uid, gid := os.Getuid(), os.Getgid()
 	cmd := &exec.Cmd{
 		Path: initPath,
-		Args: append([]string{initPath, InitArg}, netArgs(netPlan{Ports: cfg.Ports, AllTCP: cfg.AllTCP, NoNetwork: cfg.NoNetwork})...),
+		Args: append([]string{initPath, InitArg}, netArgs(cfg.netPlan)...),
 		// The init is pid 1 of the run, whose /proc shows its environment:
 		// it gets the run's, never more.
 		Env:        cfg.Env,

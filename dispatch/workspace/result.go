@@ -97,7 +97,7 @@ func Collect(ctx context.Context, p Places, req agent.WorkspaceRequest, w io.Wri
 	// run that committed; --reset keeps the stat of each entry whose object
 	// HEAD's tree still has and takes the rest from the tree, unhashed.
 	saved := p.indexFile(req.RunID)
-	if _, err := os.Stat(saved); err != nil {
+	if !fileExists(saved) {
 		saved = ""
 	}
 	_, err = seedIndex(ctx, g, filepath.Join(tmp, "index"), saved, head)

@@ -56,7 +56,10 @@ func pmdMapped(smaps string) int64 {
 	for _, l := range strings.Split(smaps, "\n") {
 		if v, ok := strings.CutPrefix(l, "FilePmdMapped:"); ok {
 			f := strings.Fields(v)
-			if k, err := strconv.ParseInt(f[0], 10, 64); err == nil && len(f) == 2 && f[1] == "kB" {
+			if len(f) != 2 || f[1] != "kB" {
+				continue
+			}
+			if k, err := strconv.ParseInt(f[0], 10, 64); err == nil {
 				n += k << 10
 			}
 		}
