@@ -47,6 +47,7 @@ func main() {
 	if run, ok := reexecEntry(os.Args); ok {
 		os.Exit(run()) // postern re-executed as one of its own stages: no command line
 	}
+	leaveCoresEarly(os.Args)
 	for _, build := range buildCommands {
 		build()
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"runtime"
+	"slices"
 )
 
 // leaveCoresToTheRun caps the Go scheduler of a process that serves a door at
@@ -16,9 +17,46 @@ import (
 // connection being set up. Measured on 2 cores (one P instead of two): 85 µs
 // less added to a connection's setup and 110 µs less CPU per connection, the
 // same bulk throughput, 12 % fewer keep-alive requests/s.
+//
+// It caps once: a second call changes nothing.
 func leaveCoresToTheRun() {
-	if os.Getenv("GOMAXPROCS") != "" {
+	if coresLeft || os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
-	runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)/2))
+	coresLeft = true
+	coresBefore = runtime.GOMAXPROCS(max(1, runtime.GOMAXPROCS(0)/2))
+}
+
+var (
+	coresLeft   bool
+	coresBefore int
+)
+
+// takeCoresBack lifts the cap of leaveCoresToTheRun from a process that
+// turned out to serve no door (a run on another machine).
+func takeCoresBack() {
+	if coresLeft {
+		runtime.GOMAXPROCS(coresBefore)
+		coresLeft = false
+	}
+}
+
+// leaveCoresEarly caps the scheduler at the very start of a command that
+// will most likely serve a door (a run: on this machine unless it says
+// otherwise). Capping later costs more: the P given up hands every span its
+// cache holds back to the heap, and on the first hand-back of each size the
+// heap makes the list that takes it, a page touched for the first time.
+// Capped at the start, that P has held next to nothing (0.3 ms less CPU per
+// `postern run` on 2 cores).
+func leaveCoresEarly(args []string) {
+	if len(args) > 1 && args[1] == "run" && !slices.ContainsFunc(args[2:], isMachineFlag) {
+		leaveCoresToTheRun()
+	}
+}
+
+// isMachineFlag is whether a command-line word may name the machine of a
+// run; a word after "--" may match too, which only leaves the cap to the
+// run command itself.
+func isMachineFlag(a string) bool {
+	return a == "--machine" || len(a) > 10 && a[:10] == "--machine="
 }

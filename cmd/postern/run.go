@@ -80,6 +80,8 @@ not found; 255 the connection to the run's machine was lost.`,
 				}
 				if spec.Machine == "local" {
 					leaveCoresToTheRun() // the door serves from this process
+				} else {
+					takeCoresBack()
 				}
 				sigs := make(chan os.Signal, 8)
 				signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
