@@ -1,7 +1,6 @@
 package records
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -127,28 +126,9 @@ type Seal struct {
 }
 
 // MarshalJSON writes every key of a run, always: one shape, whatever the
-// run's state, with ended_at null while it runs.
+// run's state, with ended_at null while it runs (see appendRunJSON).
 func (r Run) MarshalJSON() ([]byte, error) {
-	type plain Run
-	var ended *time.Time
-	if !r.EndedAt.IsZero() {
-		t := r.EndedAt
-		ended = &t
-	}
-	p := plain(r)
-	if p.Command == nil {
-		p.Command = []string{}
-	}
-	if p.Guarded == nil {
-		p.Guarded = []string{}
-	}
-	if p.Writes == nil {
-		p.Writes = []string{}
-	}
-	return json.Marshal(struct {
-		plain
-		EndedAt *time.Time `json:"ended_at"`
-	}{p, ended})
+	return appendRunJSON(make([]byte, 0, 512+len(r.PolicyText)), &r)
 }
 
 // Ended reports whether the run has reached a final state.
@@ -284,8 +264,13 @@ func (s *Store) MachineAndRecord(name string) (machine.Machine, *rung.Record, er
 // filesystem is full, the room kept in reserve for this is given back and the
 // write tried once more: a run's record outlasts its events.
 func (s *Store) PutRun(r *Run) error {
-	put := func(tx *bolt.Tx) error { return s.putJSON(tx, bucketRuns, r.ID, r) }
-	err := s.update(put)
+	// Encoded before the transaction, without encoding/json's machinery.
+	raw, err := appendRunJSON(make([]byte, 0, 512+len(r.PolicyText)), r)
+	if err != nil {
+		return fmt.Errorf("encode %s/%s: %w", bucketRuns, r.ID, err)
+	}
+	put := func(tx *bolt.Tx) error { return s.putRaw(tx, bucketRuns, r.ID, raw) }
+	err = s.update(put)
 	if err != nil && isNoSpace(err) && s.releaseReserve() {
 		err = s.update(put)
 	}

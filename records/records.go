@@ -418,6 +418,10 @@ func (s *Store) putJSON(tx *bolt.Tx, bucket []byte, key string, v any) error {
 	if err != nil {
 		return fmt.Errorf("encode %s/%s: %w", bucket, key, err)
 	}
+	return s.putRaw(tx, bucket, key, raw)
+}
+
+func (s *Store) putRaw(tx *bolt.Tx, bucket []byte, key string, raw []byte) error {
 	b, err := s.bucket(tx, bucket)
 	if err != nil {
 		return err
