@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
@@ -420,11 +419,10 @@ func applyRules(cfg RuleConfig) error {
 	if err != nil {
 		return err
 	}
-	conn, err := nftables.New()
+	conn, err := newBatchConn()
 	if err != nil {
 		return err
 	}
-	defer conn.CloseLasting()
 	return rs.apply(conn)
 }
 
