@@ -727,3 +727,48 @@ func TestWallWritableMountsAreNosuidNodev(t *testing.T) {
 		}
 	}
 }
+
+// The private layer holds the upper directories of the run's overlays: the
+// run may write through the overlays, never to the layer itself. From inside,
+// the command looks for it where it was mounted while the view was made
+// (kernels before 6.15) and through the descriptor the init holds it by
+// (6.15 and later, where overlayfs names its upper directories by it).
+func TestWallPrivateLayerIsReachableByNoPath(t *testing.T) {
+	requireRoot(t)
+	home := testHome(t)
+	repo := filepath.Join(t.TempDir(), "repo")
+	gitIn(t, home, home, "init", "-q", repo)
+	r := runSpec(t, Spec{Command: []string{"sh", "-c", `
+		echo home > "$HOME/written"
+		grep -c . /proc/self/mountinfo >/dev/null || echo NO-MOUNTINFO
+		for d in /tmp /run /dev/shm; do ls -A "$d/` + layerBase + `" 2>/dev/null && echo "REACHED $d"; done
+		for u in $(grep -o 'upperdir=[^,]*' /proc/self/mountinfo | cut -d= -f2); do
+			echo "upper $u"
+			ls -A "$u" >/dev/null 2>&1 && echo "REACHED $u"
+			case $u in /proc/self/fd/*) rel=${u#/proc/self/fd/}; ls -A "/proc/1/fd/$rel" >/dev/null 2>&1 && echo "REACHED /proc/1/fd/$rel";; esac
+			touch "$u/planted" 2>/dev/null && echo "PLANTED $u"
+		done
+		true`}, Dir: repo, Env: testEnv(home)}, nil)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s %s", r.code, r.stdout, r.stderr)
+	}
+	uppers := 0
+	for _, line := range strings.Split(r.stdout, "\n") {
+		switch {
+		case strings.HasPrefix(line, "REACHED"), strings.HasPrefix(line, "PLANTED"), line == "NO-MOUNTINFO":
+			t.Errorf("inside the run: %s", line)
+		case strings.HasPrefix(line, "upper "):
+			uppers++
+			if detachedLayers() && !strings.HasPrefix(line, "upper /proc/self/fd/") {
+				t.Errorf("on this kernel the layer is made detached, yet an overlay's %s", line)
+			}
+		}
+	}
+	// The home and the repository's git directory are overlays.
+	if uppers < 2 {
+		t.Errorf("the run saw %d overlays' upper directories, want the home's and the git directory's:\n%s", uppers, r.stdout)
+	}
+	if r.ending.HomeWrites != 1 {
+		t.Errorf("the ending counts %d home writes, want the 1 written (%v)", r.ending.HomeWrites, r.ending.HomeSample)
+	}
+}

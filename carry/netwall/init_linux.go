@@ -553,6 +553,7 @@ func privateMounts(cfg initConfig) (*mounted, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer layer.close() // unless detachLayer handed it to view
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return nil, fmt.Errorf("mount a fresh /proc: %w", err)
 	}
