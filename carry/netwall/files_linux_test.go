@@ -772,3 +772,41 @@ func TestWallPrivateLayerIsReachableByNoPath(t *testing.T) {
 		t.Errorf("the ending counts %d home writes, want the 1 written (%v)", r.ending.HomeWrites, r.ending.HomeSample)
 	}
 }
+
+// A place refused is refused before the command starts; the init, started
+// while the places were checked, is stopped and reaped before Raise returns.
+func TestPlaceRefusalLeavesNoInit(t *testing.T) {
+	requireRoot(t)
+	home := testHome(t)
+	before := childPids(t)
+	_, err := Raise(context.Background(), Spec{Command: []string{"sh", "-c", "echo ran > " + filepath.Join(home, "ran")}, Dir: "/etc", Env: testEnv(home)})
+	var pe *PlaceError
+	if !errors.As(err, &pe) {
+		t.Fatalf("Raise in /etc: %v; want a *PlaceError", err)
+	}
+	if after := childPids(t); !slices.Equal(before, after) {
+		t.Errorf("children before Raise %v, after its refusal %v: the init was left behind", before, after)
+	}
+	if _, err := os.Stat(filepath.Join(home, "ran")); err == nil {
+		t.Error("the command ran although its working directory was refused")
+	}
+}
+
+// childPids are this process's children, alive or not yet reaped.
+func childPids(t *testing.T) []string {
+	t.Helper()
+	tasks, err := filepath.Glob("/proc/self/task/*/children")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []string
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread gone meanwhile
+		}
+		pids = append(pids, strings.Fields(string(b))...)
+	}
+	slices.Sort(pids)
+	return pids
+}
