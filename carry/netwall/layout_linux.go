@@ -277,26 +277,14 @@ func makeLayer(base string, l layout) (*privateLayer, error) {
 	return layer, nil
 }
 
-// newLayer mounts the private layer's tmpfs: detached where detachedLayers,
-// else under base.
+// newLayer mounts the private layer's tmpfs: detached where detachedLayers
+// and the kernel makes one (a seccomp profile may refuse fsopen), else under
+// base.
 func newLayer(base string) (*privateLayer, error) {
 	if detachedLayers() {
-		fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
-		if err != nil {
-			return nil, fmt.Errorf("make the private layer: fsopen tmpfs: %w", err)
+		if fd, err := detachedTmpfs(); err == nil {
+			return &privateLayer{path: "/proc/self/fd/" + strconv.Itoa(fd), fd: fd, detached: true}, nil
 		}
-		defer unix.Close(fs)
-		if err := unix.FsconfigSetString(fs, "mode", "0700"); err != nil {
-			return nil, fmt.Errorf("make the private layer: mode: %w", err)
-		}
-		if err := unix.FsconfigCreate(fs); err != nil {
-			return nil, fmt.Errorf("make the private layer: create: %w", err)
-		}
-		fd, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
-		if err != nil {
-			return nil, fmt.Errorf("make the private layer: fsmount: %w", err)
-		}
-		return &privateLayer{path: "/proc/self/fd/" + strconv.Itoa(fd), fd: fd, detached: true}, nil
 	}
 	dir := filepath.Join(base, layerBase)
 	if err := os.Mkdir(dir, 0o700); err != nil {
@@ -310,6 +298,23 @@ func newLayer(base string) (*privateLayer, error) {
 		return nil, fmt.Errorf("open the private layer: %w", err)
 	}
 	return &privateLayer{path: dir, fd: fd}, nil
+}
+
+// detachedTmpfs makes a tmpfs (mode 0700, nosuid, nodev) mounted nowhere and
+// returns its root's descriptor.
+func detachedTmpfs() (int, error) {
+	fs, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigSetString(fs, "mode", "0700"); err != nil {
+		return -1, err
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return -1, err
+	}
+	return unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
 }
 
 func (p *privateLayer) close() {
