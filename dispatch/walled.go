@@ -134,7 +134,7 @@ func RunWalled(ctx context.Context, w Walled) (int, error) {
 		var perr *netwall.PlaceError
 		switch {
 		case errors.As(err, &perr):
-			// Refused before the command started: a place the run may not
+			// Refused before anything was spawned: a place the run may not
 			// have, named by the policy (its position first) or not.
 			if perr.Pos != "" {
 				return 0, &PolicyError{perr}

@@ -773,8 +773,8 @@ func TestWallPrivateLayerIsReachableByNoPath(t *testing.T) {
 	}
 }
 
-// A place refused is refused before the command starts; the init, started
-// while the places were checked, is stopped and reaped before Raise returns.
+// A place refused is refused before anything is spawned: no init is left
+// behind, and the command never runs.
 func TestPlaceRefusalLeavesNoInit(t *testing.T) {
 	requireRoot(t)
 	home := testHome(t)

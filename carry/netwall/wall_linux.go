@@ -116,6 +116,11 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		return nil, fmt.Errorf("network wall: working directory %q is not a directory this user can reach (%v)", cfg.Dir, err)
 	}
 
+	lay, err := planLayout(cfg.Dir, cfg.Env, spec.Files)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Layout = lay
 	limit := spec.PidsLimit
 	if limit <= 0 {
 		limit = DefaultPidsLimit
@@ -135,7 +140,6 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	cg, why := newPidsCgroup(held, false)
 	cgroupFD := -1
 	if cg != nil && cg.version == 2 {
-		var err error
 		if cgroupFD, err = unix.Open(cg.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
 			cg.remove()
 			cg, why = nil, err.Error()
@@ -181,19 +185,6 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	go w.reap()
 	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
 
-	// The layout is planned while the init starts (its runtime, then its
-	// network from its arguments), which asks for it only then: a place
-	// the run may not have is refused before the command is, the init
-	// stopped.
-	lay, err := planLayout(cfg.Dir, cfg.Env, spec.Files)
-	if err != nil {
-		if pidMax != nil {
-			close(pidMax)
-		}
-		w.Close()
-		return nil, err
-	}
-	cfg.Layout = lay
 	lis, pidMaxErr, err := w.handshake(ctx, cfg)
 	if pidMax != nil {
 		if err == nil {
