@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/remote-agent/agent"
@@ -19,7 +20,7 @@ import (
 // an agent version's directory, or the image the probe imports into a
 // container engine to measure the container rung.
 type Leftover struct {
-	Kind string `json:"kind"` // "agent" or "probe-image"
+	Kind string `json:"kind"` // "agent", "probe-image" or "netfilter-hooks"
 	// What is the directory (absolute) or the image reference.
 	What string `json:"what"`
 	// KiB is the space it takes, -1 when not measured (images).
@@ -122,18 +123,34 @@ func CleanRemote(ctx context.Context, m machine.Machine, r Remote, dryRun bool) 
 }
 
 // CleanLocal finds the probe's container images on this machine (no agent is
-// installed here) and, unless dryRun, removes them.
+// installed here) and the network namespace holding the walls' netfilter
+// hooks (netwall.HooksHolder; the next run makes it again) and, unless
+// dryRun, removes them.
 func CleanLocal(ctx context.Context, dryRun bool) ([]Leftover, error) {
 	out, err := exec.CommandContext(ctx, "sh", "-c", probeImagesCommand).Output()
 	if err != nil {
 		return nil, fmt.Errorf("list the probe's images: %w", err)
 	}
 	found := parseProbeImages(string(out))
+	var errs []error
+	if netwall.HooksHeld() {
+		hooks := Leftover{Kind: "netfilter-hooks", What: netwall.HooksHolder, KiB: -1}
+		if !dryRun {
+			if _, err := netwall.ReleaseHooks(); err != nil {
+				errs = append(errs, err)
+			} else {
+				hooks.Removed = true
+			}
+		}
+		found = append(found, hooks)
+	}
 	if dryRun {
 		return found, nil
 	}
-	var errs []error
 	for i, img := range found {
+		if img.Kind != "probe-image" {
+			continue
+		}
 		if out, err := exec.CommandContext(ctx, img.Engine, "image", "rm", img.What).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("remove image %s from %s: %w: %s", img.What, img.Engine, err, strings.TrimSpace(string(out))))
 			continue

@@ -116,6 +116,14 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		return nil, fmt.Errorf("network wall: working directory %q is not a directory this user can reach (%v)", cfg.Dir, err)
 	}
 
+	if !spec.NoNetwork && os.Geteuid() == 0 {
+		// Once a boot: the wall's commit then only counts the netfilter
+		// hooks' keys rather than rewriting the kernel's code (see
+		// HooksHolder).
+		if err := HoldHooks(); err != nil {
+			logger.Debug("netfilter hooks not held", "err", err)
+		}
+	}
 	lay, err := planLayout(cfg.Dir, cfg.Env, spec.Files)
 	if err != nil {
 		return nil, err
