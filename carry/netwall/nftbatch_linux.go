@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"syscall"
 
 	"github.com/google/nftables"
@@ -24,15 +25,15 @@ type batchConn struct {
 	queued []netlink.Message
 }
 
-// errQueued ends the nftables package's commit once it has handed its
-// batch over.
-var errQueued = errors.New("batch queued")
-
 func newBatchConn() (*batchConn, error) {
 	b := &batchConn{}
 	conn, err := nftables.New(nftables.WithTestDial(func(req []netlink.Message) ([]netlink.Message, error) {
 		b.queued = append(b.queued, req...)
-		return nil, errQueued
+		// No answers at all: the package then reads none for any message
+		// and reports nothing. (An error here would come back once per
+		// message, each joined to the ones before and formatted whole:
+		// 0.17 ms of a run's CPU for a message nobody reads.)
+		return nil, io.EOF
 	}))
 	if err != nil {
 		return nil, err
@@ -47,10 +48,10 @@ func (b *batchConn) Flush() error {
 	msgs := b.queued
 	b.queued = nil
 	switch {
-	case err == nil:
+	case err != nil:
+		return err // the package could not encode what was queued
+	case len(msgs) == 0:
 		return errors.New("nftables: nothing was queued")
-	case !errors.Is(err, errQueued):
-		return err
 	}
 	return commitBatch(msgs)
 }

@@ -71,15 +71,30 @@ func ttyGID() (int, bool) {
 		return 0, false
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		var inside, outside, count int
-		if _, err := fmt.Sscan(line, &inside, &outside, &count); err != nil {
-			continue
-		}
-		if host >= outside && host < outside+count {
+		inside, outside, count, ok := idMapLine(line)
+		if ok && host >= outside && host < outside+count {
 			return inside + host - outside, true
 		}
 	}
 	return 0, false
+}
+
+// idMapLine reads one line of a uid_map or gid_map: the first id inside, the
+// first outside, how many (three numbers, spaces before and between).
+func idMapLine(line string) (inside, outside, count int, ok bool) {
+	f := strings.Fields(line)
+	if len(f) != 3 {
+		return 0, 0, 0, false
+	}
+	var n [3]int
+	for i, s := range f {
+		v, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return 0, 0, 0, false
+		}
+		n[i] = int(v)
+	}
+	return n[0], n[1], n[2], true
 }
 
 // runTerminal is the run's own terminal, a pty of its devpts, relayed to the
