@@ -102,15 +102,7 @@ func keepHooks(path string) error {
 	// The wall's own table, so that every hook a wall registers is held:
 	// the nat and filter chains at output, and the redirect's conntrack
 	// and NAT in both families.
-	rs, err := buildRuleset(RuleConfig{Ports: []uint16{80, 443}, TransparentPort: 1, DNSPort: 1})
-	if err != nil {
-		return err
-	}
-	conn, err := newBatchConn()
-	if err != nil {
-		return err
-	}
-	return rs.apply(conn)
+	return applyRules(RuleConfig{Ports: []uint16{80, 443}, TransparentPort: 1, DNSPort: 1})
 }
 
 // ReleaseHooks unmounts and removes HooksHolder; the namespace goes with its
@@ -120,6 +112,11 @@ func ReleaseHooks() (bool, error) { return releaseHooksAt(HooksHolder) }
 func releaseHooksAt(path string) (bool, error) {
 	if !hooksHeldAt(path) {
 		return false, nil
+	}
+	// Not while another postern is making it.
+	if lock, err := os.OpenFile(path+".lock", os.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
+		defer lock.Close()
+		_ = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
 	}
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
 		return true, fmt.Errorf("release the netfilter hooks: %w", err)

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/internal/testhosts"
 	"github.com/postern-dev/postern/remote-agent/agent"
 )
@@ -241,14 +242,25 @@ func TestMachineClean(t *testing.T) {
 	// On local: the probe's image in the same storage, through podman here.
 	podman("import", tarball, probeImage)
 	r.C.Env = []string{"CONTAINERS_STORAGE_CONF=" + storageConf}
-	if out := r.C.mustPostern(t, "machine", "clean", "local", "--dry-run"); !strings.Contains(out, "would remove  probe-image  -     "+probeImage+" (podman)") {
+	// A walled run as root keeps the netfilter hooks' namespace here
+	// (netwall.HooksHolder), as this does; clean local lists and removes
+	// it too.
+	if err := netwall.HoldHooks(); err != nil {
+		t.Fatal(err)
+	}
+	out = r.C.mustPostern(t, "machine", "clean", "local", "--dry-run")
+	if !hasLeftoverLine(out, "would remove", "probe-image", probeImage+" (podman)") || !hasLeftoverLine(out, "would remove", "netfilter-hooks", netwall.HooksHolder) {
 		t.Fatalf("clean local --dry-run:\n%s", out)
 	}
-	if out := r.C.mustPostern(t, "machine", "clean", "local"); !strings.Contains(out, "removed  probe-image") {
+	out = r.C.mustPostern(t, "machine", "clean", "local")
+	if !hasLeftoverLine(out, "removed", "probe-image", probeImage+" (podman)") || !hasLeftoverLine(out, "removed", "netfilter-hooks", netwall.HooksHolder) {
 		t.Fatalf("clean local:\n%s", out)
 	}
 	if imgs := podman("images", "--format", "{{.Repository}}:{{.Tag}}"); strings.Contains(imgs, "postern-probe") {
 		t.Fatalf("probe image left after clean local:\n%s", imgs)
+	}
+	if netwall.HooksHeld() {
+		t.Fatalf("%s still holds a namespace after clean local", netwall.HooksHolder)
 	}
 
 	// machine rm leaves the agent and says so; rm --clean removes it.
@@ -270,4 +282,20 @@ func TestMachineClean(t *testing.T) {
 	if _, _, code := r.C.postern(t, "machine", "show", "far"); code == 0 {
 		t.Fatal("far is still known after rm --clean")
 	}
+}
+
+// hasLeftoverLine says whether the leftovers' table out has a row of state,
+// kind and what, whatever the columns' widths.
+func hasLeftoverLine(out, state, kind, what string) bool {
+	for _, line := range strings.Split(out, "\n") {
+		rest, ok := strings.CutPrefix(line, state+" ")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) >= 3 && f[0] == kind && strings.Join(f[2:], " ") == what {
+			return true
+		}
+	}
+	return false
 }

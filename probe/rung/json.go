@@ -48,18 +48,11 @@ var recordKeys = map[string]int{
 // applyTo sets on r what the object held, as encoding/json does: the fields
 // it named, and its rungs added to r's (a map made if r has none).
 func (rec *Record) applyTo(r *Record, rungs map[Name]Rung, seen int) {
-	set := func(bit int, dst *string, v string) {
+	for bit := keyName; bit <= keyUser; bit <<= 1 {
 		if seen&bit != 0 {
-			*dst = v
+			*r.stringField(bit) = *rec.stringField(bit)
 		}
 	}
-	set(keyName, &r.Name, rec.Name)
-	set(keyOS, &r.OS, rec.OS)
-	set(keyArch, &r.Arch, rec.Arch)
-	set(keyKernel, &r.Kernel, rec.Kernel)
-	set(keyOSVersion, &r.OSVersion, rec.OSVersion)
-	set(keyVersion, &r.Version, rec.Version)
-	set(keyUser, &r.User, rec.User)
 	if seen&keyMeasuredAt != 0 {
 		r.MeasuredAt = rec.MeasuredAt
 	}
@@ -76,6 +69,25 @@ func (rec *Record) applyTo(r *Record, rungs map[Name]Rung, seen int) {
 			r.Rungs[k] = v
 		}
 	}
+}
+
+// stringField is the string field of key bit, one of keyName to keyUser.
+func (r *Record) stringField(bit int) *string {
+	switch bit {
+	case keyName:
+		return &r.Name
+	case keyOS:
+		return &r.OS
+	case keyArch:
+		return &r.Arch
+	case keyKernel:
+		return &r.Kernel
+	case keyOSVersion:
+		return &r.OSVersion
+	case keyVersion:
+		return &r.Version
+	}
+	return &r.User
 }
 
 // decodeRecord reads data as a record object in the shape postern writes;
@@ -121,22 +133,7 @@ func decodeRecord(data []byte) (rec Record, rungs map[Name]Rung, seen int, ok bo
 			if !ok {
 				return rec, nil, 0, false
 			}
-			switch bit {
-			case keyName:
-				rec.Name = s
-			case keyOS:
-				rec.OS = s
-			case keyArch:
-				rec.Arch = s
-			case keyKernel:
-				rec.Kernel = s
-			case keyOSVersion:
-				rec.OSVersion = s
-			case keyVersion:
-				rec.Version = s
-			case keyUser:
-				rec.User = s
-			}
+			*rec.stringField(bit) = s
 		}
 	}
 	d.space()
