@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -133,7 +134,7 @@ func CleanLocal(ctx context.Context, dryRun bool) ([]Leftover, error) {
 	}
 	found := parseProbeImages(string(out))
 	var errs []error
-	if netwall.HooksHeld() {
+	if netwall.HooksHeld() && os.Geteuid() == 0 { // root's to remove
 		hooks := Leftover{Kind: "netfilter-hooks", What: netwall.HooksHolder, KiB: -1}
 		if !dryRun {
 			if _, err := netwall.ReleaseHooks(); err != nil {

@@ -76,10 +76,26 @@ func holdHooksAt(path string) error {
 	f.Close()
 	done := make(chan error, 1)
 	go func() {
-		// Never unlocked: the thread, in the new namespace, ends with the
-		// goroutine, and nothing else of this process runs on it.
 		runtime.LockOSThread()
-		done <- keepHooks(path)
+		if unix.Gettid() != unix.Getpid() {
+			// Never unlocked: the thread, in the new namespace, ends
+			// with the goroutine, and nothing else of this process runs
+			// on it.
+			done <- keepHooks(path)
+			return
+		}
+		// The main thread is the one /proc shows as this process, and a
+		// locked goroutine ending on it parks it rather than ending it:
+		// it is held here, untouched, so that the namespace is made on
+		// another thread.
+		defer runtime.UnlockOSThread()
+		held := make(chan struct{})
+		go func() {
+			defer close(held)
+			runtime.LockOSThread()
+			done <- keepHooks(path)
+		}()
+		<-held
 	}()
 	if err := <-done; err != nil {
 		_ = unix.Unmount(path, unix.MNT_DETACH)
@@ -113,10 +129,13 @@ func releaseHooksAt(path string) (bool, error) {
 	if !hooksHeldAt(path) {
 		return false, nil
 	}
-	// Not while another postern is making it.
+	// Not while another postern is making or releasing it.
 	if lock, err := os.OpenFile(path+".lock", os.O_RDWR|unix.O_CLOEXEC, 0); err == nil {
 		defer lock.Close()
 		_ = unix.Flock(int(lock.Fd()), unix.LOCK_EX)
+		if !hooksHeldAt(path) {
+			return false, nil
+		}
 	}
 	if err := unix.Unmount(path, unix.MNT_DETACH); err != nil {
 		return true, fmt.Errorf("release the netfilter hooks: %w", err)

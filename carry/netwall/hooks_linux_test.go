@@ -29,6 +29,18 @@ func TestHoldHooks(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "hooks")
 	t.Cleanup(func() { _, _ = releaseHooksAt(path) })
 
+	// This process's own namespace, which /proc shows as its main
+	// thread's, stays what it was.
+	before, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if after, err := os.Readlink("/proc/self/ns/net"); err != nil || after != before {
+			t.Errorf("this process's network namespace was %s, is %s (%v)", before, after, err)
+		}
+	}()
+
 	// Made once, by whichever of several postern processes comes first.
 	var wg sync.WaitGroup
 	errs := make([]error, 4)

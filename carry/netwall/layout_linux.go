@@ -252,27 +252,30 @@ func makeLayer(base string, l layout) (*privateLayer, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := layer.path
+	// Made through the layer's descriptor: the path of a detached one goes
+	// through /proc, which is the host's until the run's own is mounted.
 	dirs := []string{layerVoidDir}
 	if l.Home != "" {
-		dirs = append(dirs, layerHome+"/upper", layerHome+"/work")
+		dirs = append(dirs, layerHome, layerHome+"/upper", layerHome+"/work")
 	}
 	for i := range l.Git {
-		dirs = append(dirs, layerGit(i)+"/upper", layerGit(i)+"/work")
+		dirs = append(dirs, layerGit(i), layerGit(i)+"/upper", layerGit(i)+"/work")
 	}
 	for _, d := range dirs {
-		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
+		if err := unix.Mkdirat(layer.fd, d, 0o700); err != nil {
 			layer.close()
-			return nil, fmt.Errorf("private layer: %w", err)
+			return nil, fmt.Errorf("private layer: mkdir %s: %w", d, err)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, layerVoidRead), nil, 0o444); err != nil {
+	fd, err := unix.Openat(layer.fd, layerVoidRead, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o444)
+	if err != nil {
 		layer.close()
-		return nil, fmt.Errorf("private layer: %w", err)
+		return nil, fmt.Errorf("private layer: %s: %w", layerVoidRead, err)
 	}
-	if err := os.Chmod(filepath.Join(dir, layerVoidDir), 0o555); err != nil {
+	unix.Close(fd)
+	if err := unix.Fchmodat(layer.fd, layerVoidDir, 0o555, 0); err != nil {
 		layer.close()
-		return nil, fmt.Errorf("private layer: %w", err)
+		return nil, fmt.Errorf("private layer: chmod %s: %w", layerVoidDir, err)
 	}
 	return layer, nil
 }
