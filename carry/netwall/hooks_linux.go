@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -75,28 +74,7 @@ func holdHooksAt(path string) error {
 	}
 	f.Close()
 	done := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		if unix.Gettid() != unix.Getpid() {
-			// Never unlocked: the thread, in the new namespace, ends
-			// with the goroutine, and nothing else of this process runs
-			// on it.
-			done <- keepHooks(path)
-			return
-		}
-		// The main thread is the one /proc shows as this process, and a
-		// locked goroutine ending on it parks it rather than ending it:
-		// it is held here, untouched, so that the namespace is made on
-		// another thread.
-		defer runtime.UnlockOSThread()
-		held := make(chan struct{})
-		go func() {
-			defer close(held)
-			runtime.LockOSThread()
-			done <- keepHooks(path)
-		}()
-		<-held
-	}()
+	onOwnThread(func() { done <- keepHooks(path) })
 	if err := <-done; err != nil {
 		_ = unix.Unmount(path, unix.MNT_DETACH)
 		_ = os.Remove(path)

@@ -66,24 +66,33 @@ func prepareDropped(argv0 string, env []string) *dropped {
 	}
 	d := &dropped{path: path, env: env, given: make(chan error, 1),
 		fork: make(chan forkRequest), started: make(chan droppedStart, 1)}
+	onOwnThread(d.serve)
+	return d
+}
+
+// onOwnThread runs fn in a goroutine of its own, locked to a thread that is
+// not the main thread and that ends with fn (the lock is never given up):
+// what fn changes of its thread (credentials, a seccomp filter, a namespace)
+// nothing else of the process ever runs with. The main thread is the one
+// /proc shows as the process (for the init, pid 1 of the run), and a locked
+// goroutine that ends on it parks it rather than ending it: where the
+// goroutine lands on it, it holds it untouched and runs fn on another.
+func onOwnThread(fn func()) {
 	go func() {
 		runtime.LockOSThread()
 		if unix.Gettid() != unix.Getpid() {
-			d.serve() // on this thread, which goes with it
+			fn()
 			return
 		}
-		// The main thread is the one /proc shows as the init (pid 1 of the
-		// run) and cannot end before the process: it is held here,
-		// untouched, so that the dropping happens on another thread.
 		defer runtime.UnlockOSThread()
 		held := make(chan struct{})
 		go func() {
 			defer close(held)
-			d.serve()
+			runtime.LockOSThread()
+			fn()
 		}()
 		<-held
 	}()
-	return d
 }
 
 // serve is the dropped thread's life.
