@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -103,9 +102,15 @@ func cloneTree(p string) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(fd)
+	return cloneOpened(fd, "the mount at "+p)
+}
+
+// cloneOpened is a detached copy of the mounts at the opened fd (with those
+// below it); what names it in an error.
+func cloneOpened(fd int, what string) (int, error) {
 	t, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
 	if err != nil {
-		return -1, fmt.Errorf("clone the mount at %s: %w", p, err)
+		return -1, fmt.Errorf("clone %s: %w", what, err)
 	}
 	return t, nil
 }
@@ -124,11 +129,7 @@ func cloneIn(dirfd int, name string) (int, error) {
 		return -1, fmt.Errorf("open %s of the private layer: %w", name, err)
 	}
 	defer unix.Close(fd)
-	t, err := unix.OpenTree(fd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
-	if err != nil {
-		return -1, fmt.Errorf("clone %s of the private layer: %w", name, err)
-	}
-	return t, nil
+	return cloneOpened(fd, name+" of the private layer")
 }
 
 // attach mounts the detached tree at target with the attributes set added,
@@ -239,7 +240,7 @@ type privateLayer struct {
 // detachedLayers says whether this kernel lets a detached mount be an
 // overlay's upper layer and be cloned with open_tree (Linux 6.15), so that
 // the private layer can be made detached (see makeLayer).
-var detachedLayers = sync.OnceValue(func() bool { return kernel.AtLeast(6, 15) })
+func detachedLayers() bool { return kernel.AtLeast(6, 15) }
 
 // makeLayer makes the private layer and its directories. Where the kernel
 // allows, the layer is a tmpfs mounted nowhere from the start (fsmount),

@@ -13,8 +13,8 @@ import (
 // 0.4 ms of every 'postern run', which reads the machine's record before
 // anything else can start. Anything else goes to encoding/json.
 func (r *Record) UnmarshalJSON(data []byte) error {
-	if rec, rungs, seen, ok := decodeRecord(data); ok {
-		rec.applyTo(r, rungs, seen)
+	if rec, seen, ok := decodeRecord(data); ok {
+		rec.applyTo(r, seen)
 		return nil
 	}
 	return json.Unmarshal(data, (*plainRecord)(r))
@@ -47,7 +47,7 @@ var recordKeys = map[string]int{
 
 // applyTo sets on r what the object held, as encoding/json does: the fields
 // it named, and its rungs added to r's (a map made if r has none).
-func (rec *Record) applyTo(r *Record, rungs map[Name]Rung, seen int) {
+func (rec *Record) applyTo(r *Record, seen int) {
 	for bit := keyName; bit <= keyUser; bit <<= 1 {
 		if seen&bit != 0 {
 			*r.stringField(bit) = *rec.stringField(bit)
@@ -63,9 +63,9 @@ func (rec *Record) applyTo(r *Record, rungs map[Name]Rung, seen int) {
 		r.Rungs = nil
 	} else if seen&keyRungs != 0 {
 		if r.Rungs == nil {
-			r.Rungs = make(map[Name]Rung, len(rungs))
+			r.Rungs = make(map[Name]Rung, len(rec.Rungs))
 		}
-		for k, v := range rungs {
+		for k, v := range rec.Rungs {
 			r.Rungs[k] = v
 		}
 	}
@@ -92,52 +92,52 @@ func (r *Record) stringField(bit int) *string {
 
 // decodeRecord reads data as a record object in the shape postern writes;
 // ok is false for anything else.
-func decodeRecord(data []byte) (rec Record, rungs map[Name]Rung, seen int, ok bool) {
+func decodeRecord(data []byte) (rec Record, seen int, ok bool) {
 	d := jsonReader{b: data}
 	if !d.byte('{') {
-		return rec, nil, 0, false
+		return rec, 0, false
 	}
 	for first := true; ; first = false {
 		if d.byte('}') {
 			break
 		}
 		if !first && !d.byte(',') {
-			return rec, nil, 0, false
+			return rec, 0, false
 		}
 		key, ok := d.key()
 		bit := recordKeys[key]
 		if !ok || bit == 0 || seen&bit != 0 {
-			return rec, nil, 0, false
+			return rec, 0, false
 		}
 		seen |= bit
 		switch bit {
 		case keyMeasuredAt:
 			tok, ok := d.stringToken()
 			if !ok || rec.MeasuredAt.UnmarshalJSON(tok) != nil {
-				return rec, nil, 0, false
+				return rec, 0, false
 			}
 		case keyTookMS:
 			if rec.TookMS, ok = d.int64(); !ok {
-				return rec, nil, 0, false
+				return rec, 0, false
 			}
 		case keyRungs:
 			if d.null() {
 				seen |= keyRungsNull // encoding/json sets a map to nil
 				continue
 			}
-			if rungs, ok = d.rungs(); !ok {
-				return rec, nil, 0, false
+			if rec.Rungs, ok = d.rungs(); !ok {
+				return rec, 0, false
 			}
 		default:
 			s, ok := d.string()
 			if !ok {
-				return rec, nil, 0, false
+				return rec, 0, false
 			}
 			*rec.stringField(bit) = s
 		}
 	}
 	d.space()
-	return rec, rungs, seen, d.i == len(d.b)
+	return rec, seen, d.i == len(d.b)
 }
 
 // rungs reads the rungs' object: each rung an object of its three strings.

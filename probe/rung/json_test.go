@@ -42,7 +42,7 @@ func TestRecordJSONAsEncodingJSON(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if _, _, _, ok := decodeRecord(data); !ok {
+		if _, _, ok := decodeRecord(data); !ok {
 			t.Fatalf("a record as written was not read by hand:\n%s", data)
 		}
 		var got Record
