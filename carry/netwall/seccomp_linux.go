@@ -19,7 +19,10 @@ import (
 // file, directory or node with a mode (open and openat with O_CREAT or
 // O_TMPFILE, creat, mkdir, mkdirat, mknod, mknodat). openat2, whose mode the
 // filter cannot read, and io_uring_setup, whose operations bypass seccomp,
-// answer ENOSYS, after which programs use the calls above. The compat ABI
+// answer ENOSYS, after which programs use the calls above. So do the kernel's
+// keyrings (add_key, request_key, keyctl), which no namespace divides: a run
+// of root with no user namespace of its own (see holdsInitCaps) would reach
+// root's own keyrings on the host, as a container's root would. The compat ABI
 // (i386 on amd64, arm on arm64) is filtered with its own numbers; x32 calls
 // answer ENOSYS.
 //
@@ -64,6 +67,7 @@ func setIDRules(n map[string]uint32) []seccompRule {
 		{"open", 1, 2}, {"openat", 2, 3}, {"creat", -1, 1},
 		{"mkdir", -1, 1}, {"mkdirat", -1, 2}, {"mknod", -1, 1}, {"mknodat", -1, 2},
 		{"openat2", -1, -1}, {"io_uring_setup", -1, -1},
+		{"add_key", -1, -1}, {"request_key", -1, -1}, {"keyctl", -1, -1},
 	}
 	var out []seccompRule
 	for _, s := range spec {
@@ -81,16 +85,20 @@ func setIDRules(n map[string]uint32) []seccompRule {
 var (
 	abiX86_64 = seccompABI{audit: unix.AUDIT_ARCH_X86_64, x32: true, rules: setIDRules(map[string]uint32{
 		"chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "open": 2, "openat": 257, "creat": 85,
-		"mkdir": 83, "mkdirat": 258, "mknod": 133, "mknodat": 259, "openat2": 437, "io_uring_setup": 425})}
+		"mkdir": 83, "mkdirat": 258, "mknod": 133, "mknodat": 259, "openat2": 437, "io_uring_setup": 425,
+		"add_key": 248, "request_key": 249, "keyctl": 250})}
 	abiI386 = seccompABI{audit: unix.AUDIT_ARCH_I386, rules: setIDRules(map[string]uint32{
 		"chmod": 15, "fchmod": 94, "fchmodat": 306, "fchmodat2": 452, "open": 5, "openat": 295, "creat": 8,
-		"mkdir": 39, "mkdirat": 296, "mknod": 14, "mknodat": 297, "openat2": 437, "io_uring_setup": 425})}
+		"mkdir": 39, "mkdirat": 296, "mknod": 14, "mknodat": 297, "openat2": 437, "io_uring_setup": 425,
+		"add_key": 286, "request_key": 287, "keyctl": 288})}
 	abiAArch64 = seccompABI{audit: unix.AUDIT_ARCH_AARCH64, rules: setIDRules(map[string]uint32{
 		"fchmod": 52, "fchmodat": 53, "fchmodat2": 452, "openat": 56,
-		"mkdirat": 34, "mknodat": 33, "openat2": 437, "io_uring_setup": 425})}
+		"mkdirat": 34, "mknodat": 33, "openat2": 437, "io_uring_setup": 425,
+		"add_key": 217, "request_key": 218, "keyctl": 219})}
 	abiARM = seccompABI{audit: unix.AUDIT_ARCH_ARM, rules: setIDRules(map[string]uint32{
 		"chmod": 15, "fchmod": 94, "fchmodat": 333, "fchmodat2": 452, "open": 5, "openat": 322, "creat": 8,
-		"mkdir": 39, "mkdirat": 323, "mknod": 14, "mknodat": 324, "openat2": 437, "io_uring_setup": 425})}
+		"mkdir": 39, "mkdirat": 323, "mknod": 14, "mknodat": 324, "openat2": 437, "io_uring_setup": 425,
+		"add_key": 309, "request_key": 310, "keyctl": 311})}
 )
 
 // seccompABIs are the native ABI and its compat ABI for goarch.

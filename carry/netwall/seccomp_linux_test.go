@@ -128,6 +128,9 @@ func TestSetIDFilterVerdicts(t *testing.T) {
 				{"mknodat", []uint64{3, 0, unix.S_IFIFO | 0o644, 0}, allow},
 				{"openat2", []uint64{3, 0, 0, 24}, enosys},
 				{"io_uring_setup", []uint64{8, 0}, enosys},
+				{"add_key", []uint64{0, 0, 0, 0, 0xfffffffc}, enosys},
+				{"request_key", []uint64{0, 0, 0, 0}, enosys},
+				{"keyctl", []uint64{0, 0xfffffffd, 0}, enosys},
 			} {
 				got, ok := call(c.name, c.args...)
 				if !ok {
