@@ -122,18 +122,36 @@ func measureUserns(ctx context.Context) Rung {
 	return yes(rep.Detail)
 }
 
-func measureNetns(ctx context.Context) Rung {
+// wallAttr is how the wall would clone into namespaces flags: with a user
+// namespace of its own holding caps, unless this process holds the wall's
+// capabilities already (netwall.HoldsInitCaps), as root does. It also says
+// what it makes, what the namespace of flags is called (kind), and the
+// child's first arguments: none, or noUserns.
+func wallAttr(flags uintptr, kind string, caps ...uintptr) (*syscall.SysProcAttr, string, []string) {
+	if netwall.HoldsInitCaps() {
+		return &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL},
+			"a " + kind + " namespace (with no user namespace: this user holds the wall's capabilities)", []string{noUserns}
+	}
 	uids, gids := idMaps()
-	rep, err := runChild(ctx, NetnsArg, &syscall.SysProcAttr{
-		Cloneflags:                 unix.CLONE_NEWUSER | unix.CLONE_NEWNET,
+	return &syscall.SysProcAttr{
+		Cloneflags:                 unix.CLONE_NEWUSER | flags,
 		UidMappings:                uids,
 		GidMappings:                gids,
 		GidMappingsEnableSetgroups: false,
-		AmbientCaps:                []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN},
+		AmbientCaps:                caps,
 		Pdeathsig:                  syscall.SIGKILL,
-	})
+	}, "user and " + kind + " namespaces", nil
+}
+
+// noUserns, first of a probe child's arguments, says it has no user
+// namespace of its own to check.
+const noUserns = "--no-userns"
+
+func measureNetns(ctx context.Context) Rung {
+	attr, what, args := wallAttr(unix.CLONE_NEWNET, "network", unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN)
+	rep, err := runChild(ctx, NetnsArg, attr, args...)
 	if err != nil {
-		return no(fmt.Sprintf("create user and network namespaces: %v", err), netwall.Remedy(netwall.StepUserns, err))
+		return no(fmt.Sprintf("create %s: %v", what, err), netwall.Remedy(netwall.StepUserns, err))
 	}
 	if err := rep.err(); err != nil {
 		return no(fmt.Sprintf("configure the network namespace (%s): %v", rep.Step, err), netwall.Remedy(rep.Step, err))
@@ -278,12 +296,13 @@ func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer)
 		fmt.Fprintln(stdout, probeOK)
 		return 0
 	case OverlayArg:
-		rep := checkUserns()
+		own := len(args) == 0 || args[0] != noUserns
+		rep := checkOwnUserns(&args)
 		if rep.Error == "" {
 			if len(args) != 1 {
 				rep = childReport{Error: "usage: " + OverlayArg + " DIR"}
 			} else {
-				rep = checkOverlay(args[0])
+				rep = checkOverlay(args[0], own)
 			}
 		}
 		b, _ := json.Marshal(rep)
@@ -293,7 +312,7 @@ func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer)
 		}
 		return 0
 	case UsernsArg, NetnsArg:
-		rep := checkUserns()
+		rep := checkOwnUserns(&args)
 		if arg == NetnsArg && rep.Error == "" {
 			rep = checkNetns()
 		}
@@ -315,6 +334,16 @@ func report(step string, err error) childReport {
 		rep.Errno = int(errno)
 	}
 	return rep
+}
+
+// checkOwnUserns is checkUserns, unless args begins with noUserns, which it
+// takes off them.
+func checkOwnUserns(args *[]string) childReport {
+	if len(*args) > 0 && (*args)[0] == noUserns {
+		*args = (*args)[1:]
+		return childReport{}
+	}
+	return checkUserns()
 }
 
 // checkUserns runs inside a new user namespace.
@@ -396,17 +425,10 @@ func measureOverlay(ctx context.Context) Rung {
 			return no(fmt.Sprintf("prepare %s: %v", dir, err), "")
 		}
 	}
-	uids, gids := idMaps()
-	rep, err := runChild(ctx, OverlayArg, &syscall.SysProcAttr{
-		Cloneflags:                 unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
-		UidMappings:                uids,
-		GidMappings:                gids,
-		GidMappingsEnableSetgroups: false,
-		AmbientCaps:                []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_DAC_OVERRIDE},
-		Pdeathsig:                  syscall.SIGKILL,
-	}, dir)
+	attr, what, args := wallAttr(unix.CLONE_NEWNS, "mount", unix.CAP_SYS_ADMIN, unix.CAP_DAC_OVERRIDE)
+	rep, err := runChild(ctx, OverlayArg, attr, append(args, dir)...)
 	if err != nil {
-		return no(fmt.Sprintf("create user and mount namespaces: %v", err), netwall.Remedy(netwall.StepUserns, err))
+		return no(fmt.Sprintf("create %s: %v", what, err), netwall.Remedy(netwall.StepUserns, err))
 	}
 	if err := rep.err(); err != nil {
 		return no(fmt.Sprintf("lay a private layer (%s): %v", rep.Step, err), remedyOverlay)
@@ -423,10 +445,11 @@ func measureOverlay(ctx context.Context) Rung {
 	return yes(rep.Detail)
 }
 
-// checkOverlay runs inside new user and mount namespaces: it lays a tmpfs
-// layer over dir/lower, changes what is there every way a run may, checks
-// what it sees, and clones and attaches a read-only mount as the wall does.
-func checkOverlay(dir string) childReport {
+// checkOverlay runs inside a new mount namespace, in a new user namespace
+// of its own where ownUserns: it lays a tmpfs layer over dir/lower, changes
+// what is there every way a run may, checks what it sees, and clones and
+// attaches a read-only mount as the wall does.
+func checkOverlay(dir string, ownUserns bool) childReport {
 	step := "overlay"
 	fail := func(err error) childReport { return report(step, err) }
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
@@ -484,6 +507,10 @@ func checkOverlay(dir string) childReport {
 	if err := os.WriteFile(filepath.Join(lower, "sub", "f"), nil, 0o644); !errors.Is(err, syscall.EROFS) {
 		return fail(fmt.Errorf("a mount made read-only was written: %v", err))
 	}
-	return childReport{Detail: "overlay with a tmpfs upper in a user namespace: copy-up, whiteouts and opaque directories work; " +
+	where := "in a user namespace"
+	if !ownUserns {
+		where = "in a mount namespace"
+	}
+	return childReport{Detail: "overlay with a tmpfs upper " + where + ": copy-up, whiteouts and opaque directories work; " +
 		"open_tree, mount_setattr and move_mount lay a read-only place over it"}
 }

@@ -78,8 +78,10 @@ func TestRunMeasuresThisMachine(t *testing.T) {
 }
 
 // TestRunWhereUsernsIsRefused measures inside a user namespace whose limit
-// of nested user namespaces is 0: every namespace rung must answer no with
-// the sysctl that fixes it.
+// of nested user namespaces is 0. Its root holds the wall's capabilities
+// there: the wall needs no user namespace, and only the userns rung answers
+// no, with the sysctl that fixes it. Without a capability (run through
+// setpriv) every namespace rung must answer so.
 func TestRunWhereUsernsIsRefused(t *testing.T) {
 	requireRoot(t)
 	if os.Getenv("POSTERN_TEST_NO_USERNS") == "1" {
@@ -87,7 +89,16 @@ func TestRunWhereUsernsIsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, name := range []rung.Name{RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungOverlay} {
+		refused := []rung.Name{RungUserns, RungNetns, RungNetnsRedirect, RungIPv6, RungOverlay}
+		if netwall.HoldsInitCaps() {
+			refused = refused[:1]
+			for _, name := range []rung.Name{RungNetns, RungNetnsRedirect, RungIPv6, RungOverlay} {
+				if g := rec.Rungs[name]; g.Result != Yes {
+					t.Errorf("rung %s = %+v, want yes: the wall needs no user namespace here", name, g)
+				}
+			}
+		}
+		for _, name := range refused {
 			g := rec.Rungs[name]
 			t.Logf("%-15s %-3s %s; fix: %s", name, g.Result, g.Detail, g.Remedy)
 			if g.Result != No || !strings.Contains(g.Remedy, "user.max_user_namespaces") {
@@ -100,6 +111,9 @@ func TestRunWhereUsernsIsRefused(t *testing.T) {
 		return
 	}
 	testhosts.RerunWithoutUserns(t, "TestRunWhereUsernsIsRefused")
+	if os.Geteuid() == 0 {
+		testhosts.RerunWithoutUserns(t, "TestRunWhereUsernsIsRefused", "setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--")
+	}
 }
 
 func TestRunUnprivileged(t *testing.T) {

@@ -626,13 +626,16 @@ func TestInitStartsInItsCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Close(fd)
-	cmd, ctl, err := startInit(Self, Spec{}, &initConfig{}, fd)
+	cmd, ctl, fk, err := startInit(Self, Spec{}, &initConfig{}, fd)
 	if err != nil {
 		t.Fatalf("start the init in %s: %v", dir, err)
 	}
 	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
 	ctl.Close() // the init ends when its control socket does
 	cmd.Wait()
+	if fk != nil {
+		fk.release()
+	}
 	want := "0::" + filepath.Join(own[""], filepath.Base(dir))
 	if !strings.Contains(string(b), want+"\n") {
 		t.Errorf("the init's cgroups:\n%s\nwant %s", b, want)

@@ -75,6 +75,11 @@ type Wall struct {
 	state   *os.ProcessState
 	waitErr error
 
+	// forker is the thread that cloned the init where it has no user
+	// namespace of its own (forker_linux.go); it lasts until the init has
+	// been waited for.
+	forker *forker
+
 	life carry.Life
 	mu   sync.Mutex // guards ending
 
@@ -161,14 +166,14 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 			initPath = p
 		}
 	}
-	cmd, ctl, err := startInit(initPath, spec, &cfg, cgroupFD)
+	cmd, ctl, fk, err := startInit(initPath, spec, &cfg, cgroupFD)
 	if err != nil && cgroupFD >= 0 {
 		// A kernel before 5.7, or a cgroup this user may not start in.
 		unix.Close(cgroupFD)
 		cgroupFD = -1
 		cg.remove()
 		cg, why = nil, fmt.Sprintf("start in cgroup %s: %v", cg.dir, err)
-		cmd, ctl, err = startInit(initPath, spec, &cfg, -1)
+		cmd, ctl, fk, err = startInit(initPath, spec, &cfg, -1)
 	}
 	if cgroupFD >= 0 {
 		unix.Close(cgroupFD)
@@ -183,7 +188,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		}
 		return nil, fmt.Errorf("network wall: start init %q: %w", initPath, err)
 	}
-	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
+	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, forker: fk, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
 	var pidMax chan string
 	if why == pidMaxInstead {
 		cfg.PidMax = pidMaxFor(held)
@@ -227,6 +232,9 @@ func (w *Wall) reap() {
 	err := w.cmd.Wait()
 	w.state = w.cmd.ProcessState
 	w.waitErr = err
+	if w.forker != nil {
+		w.forker.release()
+	}
 	<-w.pidsDone
 	if w.pids != nil {
 		w.pids.remove()
@@ -583,35 +591,48 @@ func dedupEnv(env []string) []string {
 // startInit starts the wall's init, the executable initPath, in new namespaces,
 // in the cgroup of cgroupFD when it is not -1, with the control socket as its
 // descriptor 3.
-func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec.Cmd, *channel, error) {
+//
+// A caller that holds the init's capabilities (root, as a rule) clones it
+// with no user namespace, from a forker, which it returns; it is nil
+// otherwise.
+func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec.Cmd, *channel, *forker, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, nil, fmt.Errorf("control socketpair: %w", err)
+		return nil, nil, nil, fmt.Errorf("control socketpair: %w", err)
 	}
 	childEnd := os.NewFile(uintptr(fds[1]), "wall-control-child")
 	ctl, err := newChannel(os.NewFile(uintptr(fds[0]), "wall-control"))
 	if err != nil {
 		childEnd.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	uid, gid := os.Getuid(), os.Getgid()
+	userns := &syscall.SysProcAttr{
+		Cloneflags:                 cloneFlags,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		AmbientCaps:                initCaps,
+		Pdeathsig:                  syscall.SIGKILL,
+		UseCgroupFD:                cgroupFD >= 0,
+		CgroupFD:                   cgroupFD,
+	}
+	sys := userns
+	var fk *forker
+	if holdsInitCaps() {
+		if fk, err = newForker(); err == nil {
+			sys = &syscall.SysProcAttr{Cloneflags: cloneFlags &^ unix.CLONE_NEWUSER, Pdeathsig: syscall.SIGKILL,
+				UseCgroupFD: cgroupFD >= 0, CgroupFD: cgroupFD}
+		}
+	}
 	cmd := &exec.Cmd{
 		Path: initPath,
 		Args: append([]string{initPath, InitArg}, netArgs(cfg.netPlan)...),
 		// The init is pid 1 of the run, whose /proc shows its environment:
 		// it gets the run's, never more.
-		Env:        cfg.Env,
-		ExtraFiles: []*os.File{childEnd},
-		SysProcAttr: &syscall.SysProcAttr{
-			Cloneflags:                 cloneFlags,
-			UidMappings:                []syscall.SysProcIDMap{{ContainerID: uid, HostID: uid, Size: 1}},
-			GidMappings:                []syscall.SysProcIDMap{{ContainerID: gid, HostID: gid, Size: 1}},
-			GidMappingsEnableSetgroups: false,
-			AmbientCaps:                initCaps,
-			Pdeathsig:                  syscall.SIGKILL,
-			UseCgroupFD:                cgroupFD >= 0,
-			CgroupFD:                   cgroupFD,
-		},
+		Env:         cfg.Env,
+		ExtraFiles:  []*os.File{childEnd},
+		SysProcAttr: sys,
 	}
 	// A nil *os.File in an io.Reader would not be nil: assign only real files.
 	if spec.Stdin != nil {
@@ -623,19 +644,35 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 	if spec.Stderr != nil {
 		cmd.Stderr = spec.Stderr
 	}
-	err = cmd.Start()
-	for try := 0; errors.Is(err, syscall.ETXTBSY) && try < 20; try++ {
-		// A kept init just written: a child this process forked meanwhile
-		// held its descriptor until its own exec closed it.
-		time.Sleep(time.Millisecond)
-		cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, ExtraFiles: cmd.ExtraFiles, SysProcAttr: cmd.SysProcAttr,
-			Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
+	start := func() {
 		err = cmd.Start()
+		for try := 0; errors.Is(err, syscall.ETXTBSY) && try < 20; try++ {
+			// A kept init just written: a child this process forked
+			// meanwhile held its descriptor until its own exec closed it.
+			time.Sleep(time.Millisecond)
+			cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, ExtraFiles: cmd.ExtraFiles, SysProcAttr: cmd.SysProcAttr,
+				Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
+			err = cmd.Start()
+		}
+	}
+	if fk != nil {
+		fk.run(start)
+		if err != nil {
+			// Refused without a user namespace (by a security module, say):
+			// cloned as for a caller without the capabilities.
+			fk.release()
+			fk = nil
+			cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, ExtraFiles: cmd.ExtraFiles, SysProcAttr: userns,
+				Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
+			start()
+		}
+	} else {
+		start()
 	}
 	childEnd.Close()
 	if err != nil {
 		ctl.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return cmd, ctl, nil
+	return cmd, ctl, fk, nil
 }

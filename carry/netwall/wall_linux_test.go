@@ -314,9 +314,10 @@ func TestWall(t *testing.T) {
 			{[]string{"nsenter", "--net=/proc/1/ns/net", "true"}, "nsenter: "},
 			{[]string{"nsenter", "--net=/proc/self/ns/net", "true"}, "Operation not permitted"},
 			{[]string{"kill", "-9", strconv.Itoa(os.Getpid())}, "No such process"},
-			// The wall's init (pid 1 here) keeps capabilities in the run's user
-			// namespace: the run, with none, may not reach into it — not its
-			// descriptors (the door's listeners passed through it), not its memory.
+			// The wall's init (pid 1 here) keeps capabilities (initCaps, in the
+			// run's user namespace where it has one): the run, with none, may not
+			// reach into it — not its descriptors (the door's listeners passed
+			// through it), not its memory.
 			{[]string{"ls", "-l", "/proc/1/fd/0"}, "Permission denied"},
 			{[]string{"cat", "/proc/1/environ"}, "Permission denied"},
 			{[]string{"cat", "/proc/1/mem"}, "Permission denied"},
@@ -337,7 +338,11 @@ func TestWall(t *testing.T) {
 				t.Fatal(err)
 			}
 			time.Sleep(200 * time.Millisecond)
-			out, err := exec.Command("nsenter", "-t", strconv.Itoa(w.Pid()), "-U", "-n", "nft", "list", "ruleset").CombinedOutput()
+			enter := []string{"-t", strconv.Itoa(w.Pid()), "-n"}
+			if own, _ := os.Readlink("/proc/self/ns/user"); own != readlinkOr(fmt.Sprintf("/proc/%d/ns/user", w.Pid())) {
+				enter = append(enter, "-U") // the init's own user namespace
+			}
+			out, err := exec.Command("nsenter", append(enter, "nft", "list", "ruleset")...).CombinedOutput()
 			if err != nil {
 				t.Fatalf("nsenter nft list ruleset: %v: %s", err, out)
 			}
@@ -664,6 +669,19 @@ func TestRaiseRefusesWithRemedy(t *testing.T) {
 	requireRoot(t)
 	if os.Getenv("POSTERN_TEST_NO_USERNS") == "1" {
 		// Inside a user namespace whose user.max_user_namespaces is 0.
+		if holdsInitCaps() {
+			// Its root holds the capabilities there: the wall needs no
+			// user namespace of its own and is raised without one.
+			r := runWalled(t, nil, "sh", "-c", "readlink /proc/self/ns/user")
+			self, err := os.Readlink("/proc/self/ns/user")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.code != 0 || r.stdout != self {
+				t.Fatalf("the run where user namespaces are limited to 0: exit %d, user namespace %q, want 0 and this process's %q", r.code, r.stdout, self)
+			}
+			return
+		}
 		_, err := Raise(context.Background(), Spec{Command: []string{"true"}, Dir: t.TempDir()})
 		var ke *KernelError
 		if !errors.As(err, &ke) {
@@ -676,6 +694,54 @@ func TestRaiseRefusesWithRemedy(t *testing.T) {
 		return
 	}
 	testhosts.RerunWithoutUserns(t, "TestRaiseRefusesWithRemedy")
+	if os.Geteuid() == 0 {
+		// And as its root without a capability: a user namespace is needed,
+		// and refused.
+		testhosts.RerunWithoutUserns(t, "TestRaiseRefusesWithRemedy", "setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--")
+	}
+}
+
+// TestWallRootInitHasNoUsernsAndOnlyItsCaps: a caller holding the init's
+// capabilities clones it with no user namespace of its own, and the init,
+// every thread of it, holds initCaps and nothing more, in its bounding set
+// too; the command holds nothing.
+func TestWallRootInitHasNoUsernsAndOnlyItsCaps(t *testing.T) {
+	requireRoot(t)
+	if !holdsInitCaps() {
+		t.Fatal("root without the init's capabilities")
+	}
+	var want uint64
+	for _, c := range initCaps {
+		want |= 1 << c
+	}
+	r := runWalled(t, nil, "sh", "-c", `readlink /proc/self/ns/user; grep -h -E '^Cap(Eff|Prm|Bnd)' /proc/1/task/*/status | sort | uniq -c | wc -l; grep -h -E '^Cap(Eff|Bnd)' /proc/1/status; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status`)
+	self, err := os.Readlink("/proc/self/ns/user")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(r.stdout, "\n")
+	if r.code != 0 || len(lines) != 7 {
+		t.Fatalf("exit %d, output %q", r.code, r.stdout)
+	}
+	if lines[0] != self {
+		t.Errorf("the run's user namespace is %s, want this process's %s", lines[0], self)
+	}
+	// Every thread's three sets read alike: three distinct lines.
+	if lines[1] != "3" {
+		t.Errorf("the init's threads hold %s distinct capability lines, want 3 (all alike)", lines[1])
+	}
+	for _, l := range lines[2:4] {
+		f := strings.Fields(l)
+		got, err := strconv.ParseUint(f[len(f)-1], 16, 64)
+		if err != nil || got != want {
+			t.Errorf("the init's %s, want %016x (initCaps)", l, want)
+		}
+	}
+	for _, l := range lines[4:] {
+		if f := strings.Fields(l); f[len(f)-1] != "0000000000000000" {
+			t.Errorf("the command's %s, want none", l)
+		}
+	}
 }
 
 func TestWallUnprivileged(t *testing.T) {
@@ -688,4 +754,37 @@ func TestWallUnprivileged(t *testing.T) {
 		requireRoot(t)
 	}
 	testhosts.RerunAsNobody(t, "^(TestWall|TestWallFiles|TestWallSubmodulesObeyNothing|TestRaiseRefusesWithRemedy|TestWallRefusalsRecorded)$", "TestWall", "TestWallFiles", "TestWallSubmodulesObeyNothing", "TestRaiseRefusesWithRemedy", "TestWallRefusalsRecorded")
+}
+
+// readlinkOr is p's link, or "" where it cannot be read.
+func readlinkOr(p string) string {
+	l, _ := os.Readlink(p)
+	return l
+}
+
+// TestWallRunReachesNoKeyring: the kernel's keyrings are not divided by
+// namespace; a key put in this user's keyring on the host is not there for
+// the run, whose every keyring call answers ENOSYS.
+func TestWallRunReachesNoKeyring(t *testing.T) {
+	requireRoot(t)
+	desc := "postern-test-" + strconv.Itoa(os.Getpid())
+	id, err := unix.AddKey("user", desc, []byte("host secret"), unix.KEY_SPEC_USER_KEYRING)
+	if err != nil {
+		t.Fatalf("add a key to the host's user keyring: %v", err)
+	}
+	t.Cleanup(func() { _, _ = unix.KeyctlInt(unix.KEYCTL_INVALIDATE, id, 0, 0, 0) })
+	// keyctl(KEYCTL_SEARCH, the user keyring, "user", desc), request_key,
+	// add_key: each one's errno.
+	script := fmt.Sprintf(`import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+calls = [(%d, 10, -4, b"user", %q.encode(), 0), (%d, b"user", %q.encode(), None, 0), (%d, b"user", b"x", b"y", 1, -4)]
+for c in calls:
+    r = libc.syscall(*c)
+    print(r, os.strerror(ctypes.get_errno()) if r < 0 else "answered")
+`, unix.SYS_KEYCTL, desc, unix.SYS_REQUEST_KEY, desc, unix.SYS_ADD_KEY)
+	r := runWalled(t, nil, "python3", "-c", script)
+	want := strings.Repeat("-1 Function not implemented\n", 3)
+	if r.code != 0 || r.stdout+"\n" != want {
+		t.Fatalf("keyring calls inside the run: exit %d, %q; want each refused:\n%s", r.code, r.stdout, want)
+	}
 }

@@ -71,14 +71,18 @@ func RerunAsNobody(t testing.TB, pattern string, wantPass ...string) string {
 // RerunWithoutUserns runs the running test binary's test name again inside a
 // user namespace whose user.max_user_namespaces is 0, with
 // POSTERN_TEST_NO_USERNS=1 so the test knows, and fails t unless it passes.
-func RerunWithoutUserns(t testing.TB, name string) string {
+//
+// wrap, if given, is a command the test binary is run through there (such as
+// setpriv dropping every capability).
+func RerunWithoutUserns(t testing.TB, name string, wrap ...string) string {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("unshare", "--user", "--map-root-user", "sh", "-c",
-		`echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" -test.run "^$1\$" -test.v`, self, name)
+	args := append([]string{"--user", "--map-root-user", "sh", "-c",
+		`echo 0 > /proc/sys/user/max_user_namespaces && exec "$@" -test.run "^$0\$" -test.v`, name}, wrap...)
+	cmd := exec.Command("unshare", append(args, self)...)
 	cmd.Env = append(os.Environ(), "POSTERN_TEST_NO_USERNS=1", "POSTERN_REQUIRE_PRIVILEGED=1")
 	b, err := cmd.CombinedOutput()
 	out := string(b)

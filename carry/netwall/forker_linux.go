@@ -1,0 +1,129 @@
+//go:build !postern_wallinit
+
+package netwall
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"golang.org/x/sys/unix"
+)
+
+// holdsInitCaps says whether this process already holds, in its own user
+// namespace, every capability the init needs (initCaps). Then the run's
+// namespaces need no user namespace of their own: the init is cloned into
+// them without one, so the clone can be a vfork (Go forks a process whose
+// child gets a user namespace in full, page tables copied and every page
+// then written by this process copied once more), and the init holds no
+// more than initCaps (see forker). A caller without them, root in a
+// container without CAP_SYS_ADMIN included, gets a user namespace as
+// before.
+func holdsInitCaps() bool { return HoldsInitCaps() }
+
+// HoldsInitCaps says whether the wall's namespaces are made without a user
+// namespace for this process (see holdsInitCaps): what the probe measures
+// is then made the same way.
+func HoldsInitCaps() bool {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return false
+	}
+	for _, c := range initCaps {
+		if data[c/32].Effective&(1<<(c%32)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// forker is the thread that clones an init with no user namespace of its
+// own: its bounding set holds initCaps and nothing else, so the init,
+// which as root gets its bounding set as its capabilities at its exec,
+// starts with those and can never hold more. The thread is locked to its
+// goroutine and lives until release, after the init has been waited for:
+// the init's Pdeathsig follows its forking thread, not the process.
+type forker struct {
+	do   chan func()
+	did  chan struct{}
+	gone chan struct{}
+	// ready says whether the bounding set is down (nil) or not.
+	ready chan error
+	once  chan struct{}
+}
+
+// newForker makes the thread; it fails where the bounding set cannot be
+// brought down, and then no thread is left.
+func newForker() (*forker, error) {
+	f := &forker{do: make(chan func()), did: make(chan struct{}), gone: make(chan struct{}),
+		ready: make(chan error, 1), once: make(chan struct{}, 1)}
+	f.once <- struct{}{}
+	onOwnThread(f.serve)
+	if err := <-f.ready; err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+func (f *forker) serve() {
+	if err := boundToInitCaps(); err != nil {
+		f.ready <- err
+		return // the thread ends with what it changed
+	}
+	f.ready <- nil
+	for {
+		select {
+		case fn := <-f.do:
+			fn()
+			f.did <- struct{}{}
+		case <-f.gone:
+			return
+		}
+	}
+}
+
+// boundToInitCaps drops every capability but initCaps from the calling
+// thread's bounding set, and checks that none is left.
+func boundToInitCaps() error {
+	last := 0
+	for c := 0; ; c++ {
+		keep := slices.Contains(initCaps, uintptr(c))
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			break // past the last capability this kernel knows
+		}
+		if err != nil {
+			return fmt.Errorf("read capability %d of the bounding set: %w", c, err)
+		}
+		last = c
+		if keep || in == 0 {
+			continue
+		}
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	for c := 0; c <= last; c++ {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if err != nil || in != 0 && !slices.Contains(initCaps, uintptr(c)) {
+			return fmt.Errorf("capability %d remains in the bounding set (%v)", c, err)
+		}
+	}
+	return nil
+}
+
+// run runs fn on the thread and waits for it.
+func (f *forker) run(fn func()) {
+	f.do <- fn
+	<-f.did
+}
+
+// release lets the thread end; once is enough, more do nothing.
+func (f *forker) release() {
+	select {
+	case <-f.once:
+		close(f.gone)
+	default:
+	}
+}
