@@ -5,6 +5,7 @@ package netwall
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 
 	"golang.org/x/sys/unix"
@@ -25,6 +26,16 @@ func holdsInitCaps() bool { return HoldsInitCaps() }
 // namespace for this process (see holdsInitCaps): what the probe measures
 // is then made the same way.
 func HoldsInitCaps() bool {
+	// Root by uid, whose exec gives it its bounding set: capabilities
+	// held another way (ambient, file capabilities, SECBIT_NOROOT) would
+	// not pass to the init as forker means them to.
+	if os.Getuid() != 0 || os.Geteuid() != 0 {
+		return false
+	}
+	const secbitNoroot = 1 << 0
+	if bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0); err != nil || bits&secbitNoroot != 0 {
+		return false
+	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
@@ -71,6 +82,12 @@ func (f *forker) serve() {
 		f.ready <- err
 		return // the thread ends with what it changed
 	}
+	// Root's exec adds the inheritable and ambient sets to the bounding
+	// set: both emptied, the init gets initCaps and nothing else.
+	if err := clearInheritable(); err != nil {
+		f.ready <- err
+		return // the thread ends with what it changed
+	}
 	f.ready <- nil
 	for {
 		select {
@@ -81,6 +98,24 @@ func (f *forker) serve() {
 			return
 		}
 	}
+}
+
+// clearInheritable empties the calling thread's inheritable and ambient
+// capability sets, keeping its effective and permitted ones.
+func clearInheritable() error {
+	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
+		return fmt.Errorf("clear ambient capabilities: %w", err)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("clear inheritable capabilities: %w", err)
+	}
+	return nil
 }
 
 // boundToInitCaps drops every capability but initCaps from the calling
@@ -106,8 +141,8 @@ func boundToInitCaps() error {
 	}
 	for c := 0; c <= last; c++ {
 		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
-		if err != nil || in != 0 && !slices.Contains(initCaps, uintptr(c)) {
-			return fmt.Errorf("capability %d remains in the bounding set (%v)", c, err)
+		if err != nil || (in != 0) != slices.Contains(initCaps, uintptr(c)) {
+			return fmt.Errorf("capability %d: in the bounding set %v, want %v (%v)", c, in != 0, slices.Contains(initCaps, uintptr(c)), err)
 		}
 	}
 	return nil

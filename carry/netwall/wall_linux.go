@@ -26,11 +26,12 @@ import (
 const cloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNET | unix.CLONE_NEWPID |
 	unix.CLONE_NEWNS | unix.CLONE_NEWIPC | unix.CLONE_NEWUTS
 
-// initCaps are what the init keeps (in its own user namespace only) when the
-// caller is not root: enough to configure the namespace, then drop it all.
+// initCaps are what the init keeps: in its own user namespace when the
+// caller is not root, enough to configure the namespace, then drop it all;
+// for root, in the host's (see forker), and then CAP_DAC_OVERRIDE reaches
+// every file the init's view holds, as it always did root's own files.
 // Overlayfs works in its upper layer as its mounter, in a work directory of
-// mode 0: that needs CAP_DAC_OVERRIDE, which in the run's user namespace
-// reaches only the caller's own files.
+// mode 0: that needs CAP_DAC_OVERRIDE.
 var initCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN, unix.CAP_NET_BIND_SERVICE, unix.CAP_SETPCAP, unix.CAP_DAC_OVERRIDE}
 
 const (

@@ -714,13 +714,13 @@ func TestWallRootInitHasNoUsernsAndOnlyItsCaps(t *testing.T) {
 	for _, c := range initCaps {
 		want |= 1 << c
 	}
-	r := runWalled(t, nil, "sh", "-c", `readlink /proc/self/ns/user; grep -h -E '^Cap(Eff|Prm|Bnd)' /proc/1/task/*/status | sort | uniq -c | wc -l; grep -h -E '^Cap(Eff|Bnd)' /proc/1/status; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status`)
+	r := runWalled(t, nil, "sh", "-c", `readlink /proc/self/ns/user; grep -h -E '^Cap(Eff|Prm|Bnd)' /proc/1/task/*/status | sort | uniq -c | wc -l; grep -h -E '^Cap(Eff|Bnd)' /proc/1/status; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; grep -h -E '^Cap(Inh|Amb)' /proc/1/status`)
 	self, err := os.Readlink("/proc/self/ns/user")
 	if err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(r.stdout, "\n")
-	if r.code != 0 || len(lines) != 7 {
+	if r.code != 0 || len(lines) != 9 {
 		t.Fatalf("exit %d, output %q", r.code, r.stdout)
 	}
 	if lines[0] != self {
@@ -737,9 +737,24 @@ func TestWallRootInitHasNoUsernsAndOnlyItsCaps(t *testing.T) {
 			t.Errorf("the init's %s, want %016x (initCaps)", l, want)
 		}
 	}
-	for _, l := range lines[4:] {
+	for i, l := range lines[4:] {
 		if f := strings.Fields(l); f[len(f)-1] != "0000000000000000" {
-			t.Errorf("the command's %s, want none", l)
+			whose := "the command's"
+			if i >= 3 {
+				whose = "the init's"
+			}
+			t.Errorf("%s %s, want none", whose, l)
+		}
+	}
+	if os.Getenv("POSTERN_TEST_INHERITABLE") == "" {
+		// Again with capabilities beyond initCaps inheritable here, which
+		// root's exec would otherwise add to the init's.
+		cmd := exec.Command("setpriv", "--inh-caps=+sys_module,+sys_ptrace,+sys_rawio", "--",
+			os.Args[0], "-test.run", "^TestWallRootInitHasNoUsernsAndOnlyItsCaps$", "-test.v")
+		cmd.Env = append(os.Environ(), "POSTERN_TEST_INHERITABLE=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !strings.Contains(string(out), "--- PASS: TestWallRootInitHasNoUsernsAndOnlyItsCaps") {
+			t.Fatalf("with inheritable capabilities: %v\n%s", err, out)
 		}
 	}
 }
