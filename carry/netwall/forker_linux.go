@@ -7,24 +7,20 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
 
-// holdsInitCaps says whether this process already holds, in its own user
-// namespace, every capability the init needs (initCaps). Then the run's
+// HoldsInitCaps says whether this process is root by uid and holds, in its
+// own user namespace, every capability the init needs (initCaps). Then the run's
 // namespaces need no user namespace of their own: the init is cloned into
 // them without one, so the clone can be a vfork (Go forks a process whose
 // child gets a user namespace in full, page tables copied and every page
 // then written by this process copied once more), and the init holds no
 // more than initCaps (see forker). A caller without them, root in a
 // container without CAP_SYS_ADMIN included, gets a user namespace as
-// before.
-func holdsInitCaps() bool { return HoldsInitCaps() }
-
-// HoldsInitCaps says whether the wall's namespaces are made without a user
-// namespace for this process (see holdsInitCaps): what the probe measures
-// is then made the same way.
+// before. The probe makes what it measures the same way.
 func HoldsInitCaps() bool {
 	// Root by uid, whose exec gives it its bounding set: capabilities
 	// held another way (ambient, file capabilities, SECBIT_NOROOT) would
@@ -61,15 +57,14 @@ type forker struct {
 	gone chan struct{}
 	// ready says whether the bounding set is down (nil) or not.
 	ready chan error
-	once  chan struct{}
+	once  sync.Once // of release
 }
 
 // newForker makes the thread; it fails where the bounding set cannot be
 // brought down, and then no thread is left.
 func newForker() (*forker, error) {
 	f := &forker{do: make(chan func()), did: make(chan struct{}), gone: make(chan struct{}),
-		ready: make(chan error, 1), once: make(chan struct{}, 1)}
-	f.once <- struct{}{}
+		ready: make(chan error, 1)}
 	onOwnThread(f.serve)
 	if err := <-f.ready; err != nil {
 		return nil, err
@@ -155,10 +150,4 @@ func (f *forker) run(fn func()) {
 }
 
 // release lets the thread end; once is enough, more do nothing.
-func (f *forker) release() {
-	select {
-	case <-f.once:
-		close(f.gone)
-	default:
-	}
-}
+func (f *forker) release() { f.once.Do(func() { close(f.gone) }) }

@@ -21,7 +21,7 @@ import (
 // filter cannot read, and io_uring_setup, whose operations bypass seccomp,
 // answer ENOSYS, after which programs use the calls above. So do the kernel's
 // keyrings (add_key, request_key, keyctl), which no namespace divides: a run
-// of root with no user namespace of its own (see holdsInitCaps) would reach
+// of root with no user namespace of its own (see HoldsInitCaps) would reach
 // root's own keyrings on the host, as a container's root would. The compat ABI
 // (i386 on amd64, arm on arm64) is filtered with its own numbers; x32 calls
 // answer ENOSYS.

@@ -620,7 +620,7 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 	}
 	sys := userns
 	var fk *forker
-	if holdsInitCaps() {
+	if HoldsInitCaps() {
 		if fk, err = newForker(); err == nil {
 			sys = &syscall.SysProcAttr{Cloneflags: cloneFlags &^ unix.CLONE_NEWUSER, Pdeathsig: syscall.SIGKILL,
 				UseCgroupFD: cgroupFD >= 0, CgroupFD: cgroupFD}

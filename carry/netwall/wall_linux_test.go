@@ -669,7 +669,7 @@ func TestRaiseRefusesWithRemedy(t *testing.T) {
 	requireRoot(t)
 	if os.Getenv("POSTERN_TEST_NO_USERNS") == "1" {
 		// Inside a user namespace whose user.max_user_namespaces is 0.
-		if holdsInitCaps() {
+		if HoldsInitCaps() {
 			// Its root holds the capabilities there: the wall needs no
 			// user namespace of its own and is raised without one.
 			r := runWalled(t, nil, "sh", "-c", "readlink /proc/self/ns/user")
@@ -707,7 +707,7 @@ func TestRaiseRefusesWithRemedy(t *testing.T) {
 // too; the command holds nothing.
 func TestWallRootInitHasNoUsernsAndOnlyItsCaps(t *testing.T) {
 	requireRoot(t)
-	if !holdsInitCaps() {
+	if !HoldsInitCaps() {
 		t.Fatal("root without the init's capabilities")
 	}
 	var want uint64
