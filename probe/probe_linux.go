@@ -296,8 +296,7 @@ func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer)
 		fmt.Fprintln(stdout, probeOK)
 		return 0
 	case OverlayArg:
-		own := len(args) == 0 || args[0] != noUserns
-		rep := checkOwnUserns(&args)
+		rep, own := checkOwnUserns(&args)
 		if rep.Error == "" {
 			if len(args) != 1 {
 				rep = childReport{Error: "usage: " + OverlayArg + " DIR"}
@@ -312,7 +311,7 @@ func ChildMain(ctx context.Context, arg string, args []string, stdout io.Writer)
 		}
 		return 0
 	case UsernsArg, NetnsArg:
-		rep := checkOwnUserns(&args)
+		rep, _ := checkOwnUserns(&args)
 		if arg == NetnsArg && rep.Error == "" {
 			rep = checkNetns()
 		}
@@ -337,13 +336,13 @@ func report(step string, err error) childReport {
 }
 
 // checkOwnUserns is checkUserns, unless args begins with noUserns, which it
-// takes off them.
-func checkOwnUserns(args *[]string) childReport {
+// takes off them; own says which.
+func checkOwnUserns(args *[]string) (rep childReport, own bool) {
 	if len(*args) > 0 && (*args)[0] == noUserns {
 		*args = (*args)[1:]
-		return childReport{}
+		return childReport{}, false
 	}
-	return checkUserns()
+	return checkUserns(), true
 }
 
 // checkUserns runs inside a new user namespace.
