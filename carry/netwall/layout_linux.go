@@ -404,22 +404,33 @@ func applyLayout(l layout, c *captured, layer *privateLayer) error {
 			return err
 		}
 	}
-	for _, p := range l.Masks {
-		st, err := os.Stat(p)
-		if err != nil {
-			continue // not in the run's view: nothing to mask
+	for _, masks := range [][]string{l.Masks, kernelMasked} {
+		for _, p := range masks {
+			if err := mask(p, layer); err != nil {
+				return err
+			}
 		}
-		void := layerVoidRead
-		if st.IsDir() {
-			void = layerVoidDir
-		}
-		t, err := cloneIn(layer.fd, void)
-		if err != nil {
-			return err
-		}
-		if err := attach(t, p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOEXEC|writable); err != nil {
-			return fmt.Errorf("mask %s: %w", p, err)
-		}
+	}
+	return nil
+}
+
+// mask covers p with the private layer's empty file or directory, read-only;
+// a p not in the run's view needs nothing.
+func mask(p string, layer *privateLayer) error {
+	st, err := os.Stat(p)
+	if err != nil {
+		return nil
+	}
+	void := layerVoidRead
+	if st.IsDir() {
+		void = layerVoidDir
+	}
+	t, err := cloneIn(layer.fd, void)
+	if err != nil {
+		return err
+	}
+	if err := attach(t, p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOEXEC|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV); err != nil {
+		return fmt.Errorf("mask %s: %w", p, err)
 	}
 	return nil
 }

@@ -16,6 +16,18 @@ import (
 // just the run: kernel settings, IRQ affinity, the sysrq trigger.
 var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"}
 
+// kernelMasked are files of the kernel's own that no namespace divides and
+// that tell the run about the host: every user's keys and key quotas, the
+// host's timers and tasks, its memory image, its hardware and firmware tables
+// (owned by root, whom a run started by root is, capabilities or not), and
+// the energy counters a power side channel reads. Each is covered by an
+// empty, read-only file or directory, as a deny_read mask is.
+var kernelMasked = []string{
+	"/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
+	"/proc/latency_stats", "/proc/kcore", "/proc/acpi", "/proc/asound", "/proc/scsi",
+	"/sys/firmware", "/sys/devices/virtual/powercap",
+}
+
 // sealHost makes every filesystem the run shares with the host read-only:
 // every mount of the run's mount namespace, as it was copied from the host's,
 // before anything of the run's covers one (so those a fresh /tmp, /run or
