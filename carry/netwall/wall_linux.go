@@ -589,6 +589,18 @@ func dedupEnv(env []string) []string {
 	return out
 }
 
+// withFirstError is the error of the init's clone with a user namespace,
+// tried after the clone without one failed too; first says why that did.
+type withFirstError struct {
+	err, first error
+}
+
+func (e *withFirstError) Error() string {
+	return fmt.Sprintf("%v (first, %v)", e.err, e.first)
+}
+
+func (e *withFirstError) Unwrap() error { return e.err }
+
 // startInit starts the wall's init, the executable initPath, in new namespaces,
 // in the cgroup of cgroupFD when it is not -1, with the control socket as its
 // descriptor 3.
@@ -620,10 +632,15 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 	}
 	sys := userns
 	var fk *forker
+	// Why the init, whose caller holds its capabilities, was not cloned
+	// without a user namespace: told if the clone with one fails too.
+	var noUserns error
 	if HoldsInitCaps() {
 		if fk, err = newForker(); err == nil {
 			sys = &syscall.SysProcAttr{Cloneflags: cloneFlags &^ unix.CLONE_NEWUSER, Pdeathsig: syscall.SIGKILL,
 				UseCgroupFD: cgroupFD >= 0, CgroupFD: cgroupFD}
+		} else {
+			noUserns = fmt.Errorf("bound a thread to the init's capabilities: %w", err)
 		}
 	}
 	cmd := &exec.Cmd{
@@ -663,6 +680,7 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 			// cloned as for a caller without the capabilities.
 			fk.release()
 			fk = nil
+			noUserns = fmt.Errorf("start the init without a user namespace: %w", err)
 			cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, ExtraFiles: cmd.ExtraFiles, SysProcAttr: userns,
 				Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
 			start()
@@ -673,6 +691,11 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 	childEnd.Close()
 	if err != nil {
 		ctl.Close()
+		if noUserns != nil {
+			// The user namespace's error is the one whose remedy applies
+			// (see remedy_linux.go); the first is told beside it.
+			err = &withFirstError{err: err, first: noUserns}
+		}
 		return nil, nil, nil, err
 	}
 	return cmd, ctl, fk, nil
