@@ -92,10 +92,22 @@ func runChild(ctx context.Context, arg string, attr *syscall.SysProcAttr, args .
 	cmd.SysProcAttr = attr
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Start(); err != nil {
-		return childReport{}, err
+	var werr error
+	if attr.Cloneflags&unix.CLONE_NEWUSER == 0 {
+		// No user namespace of its own: started as the wall starts its
+		// init, holding what the init may hold and no more.
+		release, err := netwall.StartBounded(cmd)
+		if err != nil {
+			return childReport{}, err
+		}
+		werr = cmd.Wait()
+		release()
+	} else {
+		if err := cmd.Start(); err != nil {
+			return childReport{}, err
+		}
+		werr = cmd.Wait()
 	}
-	werr := cmd.Wait()
 	var rep childReport
 	if jerr := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &rep); jerr != nil {
 		return childReport{}, fmt.Errorf("probe child %s: %v (%v; stderr %q)", arg, werr, jerr, strings.TrimSpace(stderr.String()))
@@ -340,6 +352,11 @@ func report(step string, err error) childReport {
 func checkOwnUserns(args *[]string) (rep childReport, own bool) {
 	if len(*args) > 0 && (*args)[0] == noUserns {
 		*args = (*args)[1:]
+		// Started bounded (see runChild): what it measures, it measures
+		// with the init's capabilities, not root's.
+		if err := netwall.CheckBounded(); err != nil {
+			return report(netwall.StepUserns, err), false
+		}
 		return childReport{}, false
 	}
 	return checkUserns(), true

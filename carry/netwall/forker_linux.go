@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"slices"
 	"sync"
 
@@ -151,3 +152,46 @@ func (f *forker) run(fn func()) {
 
 // release lets the thread end; once is enough, more do nothing.
 func (f *forker) release() { f.once.Do(func() { close(f.gone) }) }
+
+// StartBounded starts cmd, which has no user namespace of its own, as the
+// init is started where it needs none: from a thread whose bounding set
+// holds initCaps and nothing else and whose inheritable and ambient sets are
+// empty, so that the child, root, holds initCaps at most. The probe measures
+// the wall's namespaces this way. release must be called once cmd has been
+// waited for: the child's Pdeathsig follows the thread.
+func StartBounded(cmd *exec.Cmd) (release func(), err error) {
+	f, err := newForker()
+	if err != nil {
+		return nil, fmt.Errorf("bound a thread to the init's capabilities: %w", err)
+	}
+	f.run(func() { err = cmd.Start() })
+	if err != nil {
+		f.release()
+		return nil, err
+	}
+	return f.release, nil
+}
+
+// CheckBounded says whether the calling thread holds initCaps at most, in its
+// effective, permitted, inheritable, ambient and bounding sets: what a child
+// StartBounded started must find.
+func CheckBounded() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	for c := uintptr(0); c < 64; c++ {
+		if slices.Contains(initCaps, c) {
+			continue
+		}
+		bit := uint32(1) << (c % 32)
+		d := data[c/32]
+		ambient, _ := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, c, 0, 0)
+		bounding, berr := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c, 0, 0, 0)
+		if d.Effective&bit != 0 || d.Permitted&bit != 0 || d.Inheritable&bit != 0 || ambient == 1 || (berr == nil && bounding == 1) {
+			return fmt.Errorf("capability %d held beyond the init's: %w", c, unix.EPERM)
+		}
+	}
+	return nil
+}
