@@ -3,6 +3,7 @@ package netwall
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -404,22 +405,31 @@ func applyLayout(l layout, c *captured, layer *privateLayer) error {
 			return err
 		}
 	}
-	for _, masks := range [][]string{l.Masks, kernelMasked} {
-		for _, p := range masks {
-			if err := mask(p, layer); err != nil {
-				return err
-			}
+	for _, p := range l.Masks {
+		if err := mask(p, layer, false); err != nil {
+			return err
+		}
+	}
+	for _, p := range kernelMasks() {
+		if err := mask(p, layer, true); err != nil {
+			return err
 		}
 	}
 	return nil
 }
 
 // mask covers p with the private layer's empty file or directory, read-only;
-// a p not in the run's view needs nothing.
-func mask(p string, layer *privateLayer) error {
+// a p not in the run's view needs nothing. A p that cannot be looked at is
+// out of the run's reach too, unless it is one of the kernel's (strict),
+// which are there to be masked wherever they exist.
+func mask(p string, layer *privateLayer, strict bool) error {
 	st, err := os.Stat(p)
-	if err != nil {
+	switch {
+	case err == nil:
+	case !strict, errors.Is(err, fs.ErrNotExist):
 		return nil
+	default:
+		return fmt.Errorf("mask %s: %w", p, err)
 	}
 	void := layerVoidRead
 	if st.IsDir() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -18,14 +19,59 @@ var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/p
 
 // kernelMasked are files of the kernel's own that no namespace divides and
 // that tell the run about the host: every user's keys and key quotas, the
-// host's timers and tasks, its memory image, its hardware and firmware tables
-// (owned by root, whom a run started by root is, capabilities or not), and
-// the energy counters a power side channel reads. Each is covered by an
-// empty, read-only file or directory, as a deny_read mask is.
+// host's timers, tasks and interrupt counts (a timing side channel), its
+// memory image, its hardware and firmware tables (owned by root, whom a run
+// started by root is, capabilities or not), and the energy counters a power
+// side channel reads. Each is covered by an empty, read-only file or
+// directory, as a deny_read mask is.
 var kernelMasked = []string{
 	"/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug",
-	"/proc/latency_stats", "/proc/kcore", "/proc/acpi", "/proc/asound", "/proc/scsi",
+	"/proc/latency_stats", "/proc/interrupts", "/proc/kcore", "/proc/acpi", "/proc/asound", "/proc/scsi",
 	"/sys/firmware", "/sys/devices/virtual/powercap",
+}
+
+// kernelMaskedGlobs are kernelMasked's entries with one per CPU.
+var kernelMaskedGlobs = []string{"/sys/devices/system/cpu/cpu*/thermal_throttle"}
+
+// kernelMounts are where the host mounts kernel filesystems under /sys that
+// the run, which sees the host's tree, would otherwise read: debugfs (every
+// task's scheduling, since Linux 5.13 what /proc/sched_debug was), tracefs
+// (the host's trace buffers, which a read of trace_pipe also consumes),
+// pstore (the kernel's logs from before the last crash), securityfs,
+// configfs, bpffs (pinned programs and maps). Each is masked where something
+// is mounted there; an empty directory is left as it is.
+var kernelMounts = []string{
+	"/sys/kernel/debug", "/sys/kernel/tracing", "/sys/fs/pstore", "/sys/kernel/security",
+	"/sys/kernel/config", "/sys/fs/bpf",
+}
+
+// kernelMasks lists what of kernelMasked, kernelMaskedGlobs and kernelMounts
+// is in the run's view to be masked.
+func kernelMasks() []string {
+	out := slices.Clone(kernelMasked)
+	for _, g := range kernelMaskedGlobs {
+		m, _ := filepath.Glob(g) // the pattern is well formed: only I/O errors, which leave nothing to mask
+		out = append(out, m...)
+	}
+	for _, p := range kernelMounts {
+		if mountRoot(p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// mountRoot says whether something is mounted at p; where the kernel cannot
+// say (before Linux 5.8), whether p is there at all.
+func mountRoot(p string) bool {
+	var st unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW|unix.AT_NO_AUTOMOUNT, 0, &st); err != nil {
+		return false
+	}
+	if st.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT == 0 {
+		return true
+	}
+	return st.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0
 }
 
 // sealHost makes every filesystem the run shares with the host read-only:

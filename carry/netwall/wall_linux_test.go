@@ -778,7 +778,7 @@ func TestWallUnprivileged(t *testing.T) {
 		// Not root: TestWall itself is the unprivileged run when userns allows it.
 		requireRoot(t)
 	}
-	testhosts.RerunAsNobody(t, "^(TestWall|TestWallFiles|TestWallSubmodulesObeyNothing|TestRaiseRefusesWithRemedy|TestWallRefusalsRecorded)$", "TestWall", "TestWallFiles", "TestWallSubmodulesObeyNothing", "TestRaiseRefusesWithRemedy", "TestWallRefusalsRecorded")
+	testhosts.RerunAsNobody(t, "^(TestWall|TestWallFiles|TestWallSubmodulesObeyNothing|TestRaiseRefusesWithRemedy|TestWallRefusalsRecorded|TestWallMasksKernelFiles)$", "TestWall", "TestWallFiles", "TestWallSubmodulesObeyNothing", "TestRaiseRefusesWithRemedy", "TestWallRefusalsRecorded", "TestWallMasksKernelFiles")
 }
 
 // readlinkOr is p's link, or "" where it cannot be read.
@@ -830,12 +830,12 @@ func TestWallMasksKernelFiles(t *testing.T) {
 		t.Fatalf("the host's /proc/keys does not list the planted key %q (err %v)", desc, err)
 	}
 	var present []string
-	for _, p := range kernelMasked {
+	for _, p := range kernelMasks() {
 		if _, err := os.Stat(p); err == nil {
 			present = append(present, p)
 		}
 	}
-	for _, must := range []string{"/proc/keys", "/proc/key-users", "/proc/timer_list"} {
+	for _, must := range []string{"/proc/keys", "/proc/key-users", "/proc/timer_list", "/proc/interrupts"} {
 		if !slices.Contains(present, must) {
 			t.Fatalf("%s is not on this host: the test cannot show its mask", must)
 		}
@@ -880,5 +880,40 @@ for p in sys.argv[1:]:
 	}
 	if r.stdout+"\n" != want.String() {
 		t.Fatalf("the kernel's files inside the run:\n%s\nwant each empty and each mask kept:\n%s", r.stdout, want.String())
+	}
+
+	// From a user namespace of the run's own, where it holds every
+	// capability over a mount namespace of its own: the masks are locked
+	// there (an unmount is refused), a fresh proc or sysfs would reveal
+	// what they cover (refused), a bind of /proc alone would leave them
+	// behind (refused) and a recursive one carries them.
+	nested := `import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def err(r): return "ok" if r == 0 else os.strerror(ctypes.get_errno())
+def say(*a): print(*a, flush=True)
+r = libc.unshare(0x10000000 | 0x00020000 | 0x20000000)
+say("unshare", err(r))
+if r == 0:
+    for p in ["/proc/keys", "/proc/interrupts"]:
+        say("umount", p, err(libc.umount2(p.encode(), 2)))
+    os.makedirs("/tmp/p", exist_ok=True)
+    if os.fork() == 0:
+        say("proc", err(libc.mount(b"proc", b"/tmp/p", b"proc", 0, None)))
+        say("sysfs", err(libc.mount(b"sysfs", b"/tmp/p", b"sysfs", 0, None)))
+        say("bind", err(libc.mount(b"/proc", b"/tmp/p", None, 4096, None)))
+        say("rbind", err(libc.mount(b"/proc", b"/tmp/p", None, 4096 | 16384, None)))
+        say("keys", len(open("/tmp/p/keys").read()))
+        os._exit(0)
+    os.wait()
+`
+	r = runWalled(t, nil, "python3", "-c", nested)
+	if r.stdout == "unshare Operation not permitted" || r.stdout == "unshare No space left on device" {
+		t.Logf("no user namespace inside the run here (%s): nothing to unlock the masks with", r.stdout)
+		return
+	}
+	wantNested := "unshare ok\numount /proc/keys Invalid argument\numount /proc/interrupts Invalid argument\n" +
+		"proc Operation not permitted\nsysfs Operation not permitted\nbind Invalid argument\nrbind ok\nkeys 0"
+	if r.code != 0 || r.stdout != wantNested {
+		t.Fatalf("undoing the masks from a user namespace inside the run: exit %d\n%s\n%s\nwant:\n%s", r.code, r.stdout, r.stderr, wantNested)
 	}
 }
