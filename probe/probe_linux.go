@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -85,39 +86,34 @@ func idMaps() ([]syscall.SysProcIDMap, []syscall.SysProcIDMap) {
 
 // runChild runs the probe binary with arg in the namespaces attr asks for and
 // returns the report it printed. A kernel refusal to create the namespaces
-// is returned as the error of starting it.
-func runChild(ctx context.Context, arg string, attr *syscall.SysProcAttr, args ...string) (childReport, error) {
+// is returned as the error of starting it, with started false.
+func runChild(ctx context.Context, arg string, attr *syscall.SysProcAttr, args ...string) (rep childReport, started bool, err error) {
 	cmd := exec.CommandContext(ctx, netwall.Self, append([]string{arg}, args...)...)
 	cmd.Args[0] = netwall.Self
 	cmd.SysProcAttr = attr
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	var werr error
 	if attr.Cloneflags&unix.CLONE_NEWUSER == 0 {
 		// No user namespace of its own: started as the wall starts its
 		// init, holding what the init may hold and no more.
 		release, err := netwall.StartBounded(cmd)
 		if err != nil {
-			return childReport{}, err
+			return childReport{}, false, err
 		}
-		werr = cmd.Wait()
-		release()
-	} else {
-		if err := cmd.Start(); err != nil {
-			return childReport{}, err
-		}
-		werr = cmd.Wait()
+		defer release()
+	} else if err := cmd.Start(); err != nil {
+		return childReport{}, false, err
 	}
-	var rep childReport
+	werr := cmd.Wait()
 	if jerr := json.Unmarshal(bytes.TrimSpace(stdout.Bytes()), &rep); jerr != nil {
-		return childReport{}, fmt.Errorf("probe child %s: %v (%v; stderr %q)", arg, werr, jerr, strings.TrimSpace(stderr.String()))
+		return childReport{}, true, fmt.Errorf("probe child %s: %v (%v; stderr %q)", arg, werr, jerr, strings.TrimSpace(stderr.String()))
 	}
-	return rep, nil
+	return rep, true, nil
 }
 
 func measureUserns(ctx context.Context) Rung {
 	uids, gids := idMaps()
-	rep, err := runChild(ctx, UsernsArg, &syscall.SysProcAttr{
+	rep, _, err := runChild(ctx, UsernsArg, &syscall.SysProcAttr{
 		Cloneflags:                 unix.CLONE_NEWUSER,
 		UidMappings:                uids,
 		GidMappings:                gids,
@@ -134,25 +130,54 @@ func measureUserns(ctx context.Context) Rung {
 	return yes(rep.Detail)
 }
 
-// wallAttr is how the wall would clone into namespaces flags: with a user
-// namespace of its own holding caps, unless this process holds the wall's
-// capabilities already (netwall.HoldsInitCaps), as root does. It also says
-// what it makes, what the namespace of flags is called (kind), and the
-// child's first arguments: none, or noUserns.
-func wallAttr(flags uintptr, kind string, caps ...uintptr) (*syscall.SysProcAttr, string, []string) {
-	if netwall.HoldsInitCaps() {
-		return &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL},
-			"a " + kind + " namespace (with no user namespace: this user holds the wall's capabilities)", []string{noUserns}
-	}
+// wallChild is one way to clone a probe child into the namespaces a rung
+// measures: how, what that makes, and the child's first arguments.
+type wallChild struct {
+	attr *syscall.SysProcAttr
+	what string
+	args []string
+}
+
+// wallChildren are the ways the wall would clone into namespaces flags, in
+// the order it tries them (see netwall's startInit): where this process holds
+// the wall's capabilities already (netwall.HoldsInitCaps), as root does, with
+// no user namespace, from a bounded thread; then with a user namespace of its
+// own holding caps. kind is what the namespace of flags is called.
+func wallChildren(flags uintptr, kind string, caps ...uintptr) []wallChild {
 	uids, gids := idMaps()
-	return &syscall.SysProcAttr{
+	userns := wallChild{attr: &syscall.SysProcAttr{
 		Cloneflags:                 unix.CLONE_NEWUSER | flags,
 		UidMappings:                uids,
 		GidMappings:                gids,
 		GidMappingsEnableSetgroups: false,
 		AmbientCaps:                caps,
 		Pdeathsig:                  syscall.SIGKILL,
-	}, "user and " + kind + " namespaces", nil
+	}, what: "user and " + kind + " namespaces"}
+	if !netwall.HoldsInitCaps() {
+		return []wallChild{userns}
+	}
+	return []wallChild{{attr: &syscall.SysProcAttr{Cloneflags: flags, Pdeathsig: syscall.SIGKILL},
+		what: "a " + kind + " namespace (with no user namespace: this user holds the wall's capabilities)", args: []string{noUserns}},
+		userns}
+}
+
+// runWallChild runs the probe child arg, with extra after its own arguments,
+// cloned the first of ways that starts, as the wall's init would be; it says
+// what that made. When none starts, the error is the last way's, with the
+// one before it told beside it.
+func runWallChild(ctx context.Context, arg string, ways []wallChild, extra ...string) (childReport, string, error) {
+	var before error
+	for i, w := range ways {
+		rep, started, err := runChild(ctx, arg, w.attr, append(slices.Clone(w.args), extra...)...)
+		if started || i == len(ways)-1 {
+			if err != nil && !started && before != nil {
+				err = fmt.Errorf("%w (before that, %s: %v)", err, ways[i-1].what, before)
+			}
+			return rep, w.what, err
+		}
+		before = err
+	}
+	return childReport{}, "", errors.New("no way to clone a probe child")
 }
 
 // noUserns, first of a probe child's arguments, says it has no user
@@ -160,8 +185,7 @@ func wallAttr(flags uintptr, kind string, caps ...uintptr) (*syscall.SysProcAttr
 const noUserns = "--no-userns"
 
 func measureNetns(ctx context.Context) Rung {
-	attr, what, args := wallAttr(unix.CLONE_NEWNET, "network", unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN)
-	rep, err := runChild(ctx, NetnsArg, attr, args...)
+	rep, what, err := runWallChild(ctx, NetnsArg, wallChildren(unix.CLONE_NEWNET, "network", unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN))
 	if err != nil {
 		return no(fmt.Sprintf("create %s: %v", what, err), netwall.Remedy(netwall.StepUserns, err))
 	}
@@ -355,7 +379,7 @@ func checkOwnUserns(args *[]string) (rep childReport, own bool) {
 		// Started bounded (see runChild): what it measures, it measures
 		// with the init's capabilities, not root's.
 		if err := netwall.CheckBounded(); err != nil {
-			return report(netwall.StepUserns, err), false
+			return report("capabilities", err), false
 		}
 		return childReport{}, false
 	}
@@ -441,8 +465,7 @@ func measureOverlay(ctx context.Context) Rung {
 			return no(fmt.Sprintf("prepare %s: %v", dir, err), "")
 		}
 	}
-	attr, what, args := wallAttr(unix.CLONE_NEWNS, "mount", unix.CAP_SYS_ADMIN, unix.CAP_DAC_OVERRIDE)
-	rep, err := runChild(ctx, OverlayArg, attr, append(args, dir)...)
+	rep, what, err := runWallChild(ctx, OverlayArg, wallChildren(unix.CLONE_NEWNS, "mount", unix.CAP_SYS_ADMIN, unix.CAP_DAC_OVERRIDE), dir)
 	if err != nil {
 		return no(fmt.Sprintf("create %s: %v", what, err), netwall.Remedy(netwall.StepUserns, err))
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -174,24 +175,51 @@ func StartBounded(cmd *exec.Cmd) (release func(), err error) {
 
 // CheckBounded says whether the calling thread holds initCaps at most, in its
 // effective, permitted, inheritable, ambient and bounding sets: what a child
-// StartBounded started must find.
+// StartBounded started must find. Anything more is a defect of the thread
+// that started it, and the error says so.
 func CheckBounded() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("read capabilities: %w", err)
+		return fmt.Errorf("read this process's capabilities: %v", err)
 	}
-	for c := uintptr(0); c < 64; c++ {
+	for c := uintptr(0); ; c++ {
+		bounding, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c, 0, 0, 0)
+		if errors.Is(err, unix.EINVAL) {
+			return nil // past the last capability this kernel knows
+		}
+		if err != nil {
+			return fmt.Errorf("read capability %d of the bounding set: %v", c, err)
+		}
 		if slices.Contains(initCaps, c) {
 			continue
 		}
-		bit := uint32(1) << (c % 32)
-		d := data[c/32]
-		ambient, _ := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, c, 0, 0)
-		bounding, berr := unix.PrctlRetInt(unix.PR_CAPBSET_READ, c, 0, 0, 0)
-		if d.Effective&bit != 0 || d.Permitted&bit != 0 || d.Inheritable&bit != 0 || ambient == 1 || (berr == nil && bounding == 1) {
-			return fmt.Errorf("capability %d held beyond the init's: %w", c, unix.EPERM)
+		var sets []string
+		if c < 64 {
+			bit, d := uint32(1)<<(c%32), data[c/32]
+			for _, s := range []struct {
+				name string
+				bits uint32
+			}{{"effective", d.Effective}, {"permitted", d.Permitted}, {"inheritable", d.Inheritable}} {
+				if s.bits&bit != 0 {
+					sets = append(sets, s.name)
+				}
+			}
+		}
+		if ambient, err := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, c, 0, 0); err == nil && ambient == 1 {
+			sets = append(sets, "ambient")
+		}
+		if bounding == 1 {
+			sets = append(sets, "bounding")
+		}
+		if len(sets) > 0 {
+			in := sets[0] + " set"
+			if n := len(sets); n > 1 {
+				in = strings.Join(sets[:n-1], ", ") + " and " + sets[n-1] + " sets"
+			}
+			return fmt.Errorf("capability %d (see capabilities(7)) is in this process's %s, where the wall's init holds only "+
+				"CAP_NET_ADMIN, CAP_SYS_ADMIN, CAP_NET_BIND_SERVICE, CAP_SETPCAP and CAP_DAC_OVERRIDE: the thread that started it "+
+				"did not bound it, a defect in postern to report", c, in)
 		}
 	}
-	return nil
 }

@@ -2,7 +2,6 @@ package netwall
 
 import (
 	"errors"
-	"fmt"
 	"os"
 	"strings"
 	"syscall"
@@ -50,13 +49,13 @@ func TestRemedy(t *testing.T) {
 // TestWithFirstError: when both clones of the init fail, the error a person
 // reads names both, and the remedy is found from the second's errno.
 func TestWithFirstError(t *testing.T) {
-	first := fmt.Errorf("start the init without a user namespace: %w", &os.SyscallError{Syscall: "clone", Err: syscall.EPERM})
+	first := error(&os.SyscallError{Syscall: "clone", Err: syscall.EPERM})
 	err := error(&withFirstError{err: &os.SyscallError{Syscall: "clone", Err: syscall.ENOSPC}, first: first})
 	var errno syscall.Errno
 	if !errors.As(err, &errno) || errno != syscall.ENOSPC {
 		t.Fatalf("errno found in %v: %v, want ENOSPC (the clone with a user namespace)", err, errno)
 	}
-	for _, want := range []string{"no space left on device", "without a user namespace", "operation not permitted"} {
+	for _, want := range []string{"no space left on device", "before that, without a user namespace", "operation not permitted"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("%q does not say %q", err.Error(), want)
 		}

@@ -590,13 +590,14 @@ func dedupEnv(env []string) []string {
 }
 
 // withFirstError is the error of the init's clone with a user namespace,
-// tried after the clone without one failed too; first says why that did.
+// tried because the init could not be cloned without one; first says why
+// (the clone failed, or the thread to clone it from could not be bounded).
 type withFirstError struct {
 	err, first error
 }
 
 func (e *withFirstError) Error() string {
-	return fmt.Sprintf("%v (first, %v)", e.err, e.first)
+	return fmt.Sprintf("%v (before that, without a user namespace: %v)", e.err, e.first)
 }
 
 func (e *withFirstError) Unwrap() error { return e.err }
@@ -680,7 +681,7 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 			// cloned as for a caller without the capabilities.
 			fk.release()
 			fk = nil
-			noUserns = fmt.Errorf("start the init without a user namespace: %w", err)
+			noUserns = err
 			cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, ExtraFiles: cmd.ExtraFiles, SysProcAttr: userns,
 				Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
 			start()
