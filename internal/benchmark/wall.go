@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -134,7 +135,24 @@ const (
 	startBwrap   = "bwrap"
 	startPostern = "postern"
 	startSRT     = "srt"
+	// The same, but sandbox-runtime, started as an unprivileged user
+	// (benchUID): postern's and bubblewrap's user-namespace lanes.
+	startBareUser    = "bare-user"
+	startBwrapUser   = "bwrap-user"
+	startPosternUser = "postern-user"
 )
+
+// benchUID is the unprivileged user the second set of start-ups runs as.
+const benchUID = 65534
+
+// baseOf names the row a start-up's "over bare" is taken from.
+func baseOf(name string) string {
+	switch name {
+	case startBareUser, startBwrapUser, startPosternUser:
+		return startBareUser
+	}
+	return startBare
+}
 
 // RunWall measures the wall: the start-up cost of `postern run -- true` beside
 // bare `true`, bubblewrap and sandbox-runtime, and bulk throughput and
@@ -224,6 +242,7 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 		{name: startPostern, argv: []string{bin, "run", "--", "true"}, show: "postern run -- true", env: env},
 		{name: startSRT, argv: []string{srt, "-s", srtSettings, "-c", "true"}, show: "srt -c true", skip: srtErr},
 	}
+	cmds = append(cmds, unprivilegedStartups(ctx, log, dir, bin, missing[ToolBwrap.Program])...)
 	log.Info("start-up", "commands", len(cmds), "runs", cfg.Startups)
 	rep.Startup = measureStartups(ctx, dir, cmds, cfg.Startups)
 
@@ -247,6 +266,58 @@ type startCmd struct {
 	show string // how the report names it; "" joins argv
 	env  []string
 	skip string // why it cannot run
+	dir  string // where it runs; "" for the benchmark's directory
+	cred *syscall.Credential
+}
+
+// unprivilegedStartups are bare `true`, bubblewrap with a user namespace and
+// `postern run -- true` as benchUID, in a directory and a home of that user's
+// own under dir, with postern copied there and the machine probed as that
+// user. Where the probe fails (user namespaces refused to that user, say),
+// postern's row says why; bwrapSkip is why bubblewrap cannot run at all.
+func unprivilegedStartups(ctx context.Context, log *slog.Logger, dir, bin, bwrapSkip string) []startCmd {
+	cred := &syscall.Credential{Uid: benchUID, Gid: benchUID, NoSetGroups: false, Groups: []uint32{}}
+	who := fmt.Sprintf(" (uid %d)", benchUID)
+	cmds := []startCmd{
+		{name: startBareUser, argv: []string{"true"}, show: "true" + who, cred: cred},
+		{name: startBwrapUser, argv: []string{"bwrap", "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "true"},
+			show: "bwrap --unshare-user --unshare-net --ro-bind / / true" + who, skip: bwrapSkip, cred: cred},
+		{name: startPosternUser, argv: []string{"", "run", "--", "true"}, show: "postern run -- true" + who, cred: cred},
+	}
+	for i := range cmds {
+		cmds[i].dir = "/"
+	}
+	pst := &cmds[2]
+	own := filepath.Join(dir, "unprivileged")
+	work, home := filepath.Join(own, "work"), filepath.Join(own, "home")
+	pst.argv[0] = filepath.Join(own, "postern")
+	pst.dir = work
+	pst.env = append(os.Environ(), "POSTERN_HOME="+filepath.Join(home, "postern"), "HOME="+home, "XDG_RUNTIME_DIR=")
+	err := func() error {
+		for _, d := range []string{own, work, home} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				return err
+			}
+			if err := os.Chown(d, benchUID, benchUID); err != nil {
+				return err
+			}
+		}
+		if err := testhosts.CopyExecutable(bin, pst.argv[0]); err != nil {
+			return err
+		}
+		log.Info("measuring the machine as an unprivileged user", "uid", benchUID)
+		probe := exec.CommandContext(ctx, pst.argv[0], "machine", "probe-confinement", "local")
+		probe.Dir, probe.Env = work, pst.env
+		probe.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+		if out, err := probe.CombinedOutput(); err != nil {
+			return fmt.Errorf("postern machine probe-confinement local as uid %d: %w: %s", benchUID, err, lastLines(string(out), 3))
+		}
+		return nil
+	}()
+	if err != nil {
+		pst.skip = err.Error()
+	}
+	return cmds
 }
 
 // measureStartups runs each command once to see that it works, twice more
@@ -302,7 +373,13 @@ func timeCommand(ctx context.Context, dir string, c startCmd) (time.Duration, st
 	defer cancel()
 	cmd := exec.CommandContext(cctx, c.argv[0], c.argv[1:]...)
 	cmd.Dir = dir
+	if c.dir != "" {
+		cmd.Dir = c.dir
+	}
 	cmd.Env = c.env
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	}
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.WaitDelay = 5 * time.Second

@@ -70,7 +70,7 @@ func TestRunWallSmall(t *testing.T) {
 	if err := rep.Markdown(&md); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{startBare, startBwrap, startPostern} {
+	for _, name := range []string{startBare, startBwrap, startPostern, startBareUser, startBwrapUser, startPosternUser} {
 		s := rep.startup(name)
 		if s == nil || s.Err != "" || len(s.Samples) != 3 || s.P50() <= 0 {
 			t.Errorf("start-up %s: %+v\n%s", name, s, md.String())
@@ -84,6 +84,9 @@ func TestRunWallSmall(t *testing.T) {
 	if b, p := rep.startup(startBare), rep.startup(startPostern); p.P50() <= b.P50() {
 		t.Errorf("postern run -- true (%v) no slower than bare true (%v)", p.P50(), b.P50())
 	}
+	if b, p := rep.startup(startBareUser), rep.startup(startPosternUser); p.P50() <= b.P50() {
+		t.Errorf("postern run -- true as uid %d (%v) no slower than bare true (%v)", benchUID, p.P50(), b.P50())
+	}
 	if len(rep.Paths) != 2 {
 		t.Fatalf("paths: %+v", rep.Paths)
 	}
@@ -92,7 +95,7 @@ func TestRunWallSmall(t *testing.T) {
 			t.Errorf("path %s: %+v", p.Name, p)
 		}
 	}
-	for _, want := range []string{"### Start-up", "`postern run -- true`", "through the wall (postern run)", "### The wall against its goals"} {
+	for _, want := range []string{"### Start-up", "`postern run -- true`", "`postern run -- true (uid 65534)` over `true (uid 65534)`", "through the wall (postern run)", "### The wall against its goals"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}
