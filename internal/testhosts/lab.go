@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -230,7 +231,7 @@ func tryLock(s int) (*os.File, bool, error) {
 // the slot's lock.
 func cleanSlot(s int) error {
 	var errs []error
-	links, err := netlink.LinkList()
+	links, err := wholeDump(netlink.LinkList)
 	if err != nil {
 		return fmt.Errorf("list links: %w", err)
 	}
@@ -269,10 +270,26 @@ func deleteNamedNS(name string) error {
 	return fmt.Errorf("delete netns %s: %w", name, err)
 }
 
+// wholeDump calls list until the kernel's dump was not interrupted. Other
+// tests (other packages, in parallel) add and remove links and routes all the
+// time, and a dump that a change interrupts is answered in part, with
+// netlink.ErrDumpInterrupted: a cleanup going by it would miss links.
+func wholeDump[T any](list func() ([]T, error)) ([]T, error) {
+	for try := 0; ; try++ {
+		out, err := list()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) || try == 50 {
+			return out, err
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // routedPrefixes lists the IPv4 networks the root namespace routes or holds
 // addresses in, so a lab never shadows a real network.
 func routedPrefixes() ([]netip.Prefix, error) {
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	routes, err := wholeDump(func() ([]netlink.Route, error) {
+		return netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_UNSPEC}, netlink.RT_FILTER_TABLE)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list routes: %w", err)
 	}
