@@ -787,17 +787,25 @@ func readlinkOr(p string) string {
 	return l
 }
 
-// TestWallRunReachesNoKeyring: the kernel's keyrings are not divided by
-// namespace; a key put in this user's keyring on the host is not there for
-// the run, whose every keyring call answers ENOSYS.
-func TestWallRunReachesNoKeyring(t *testing.T) {
-	requireRoot(t)
-	desc := "postern-test-" + strconv.Itoa(os.Getpid())
+// plantHostKey adds a key described prefix+pid to this user's keyring on the
+// host, for the test's length, and returns its description.
+func plantHostKey(t *testing.T, prefix string) string {
+	t.Helper()
+	desc := prefix + strconv.Itoa(os.Getpid())
 	id, err := unix.AddKey("user", desc, []byte("host secret"), unix.KEY_SPEC_USER_KEYRING)
 	if err != nil {
 		t.Fatalf("add a key to the host's user keyring: %v", err)
 	}
 	t.Cleanup(func() { _, _ = unix.KeyctlInt(unix.KEYCTL_INVALIDATE, id, 0, 0, 0) })
+	return desc
+}
+
+// TestWallRunReachesNoKeyring: the kernel's keyrings are not divided by
+// namespace; a key put in this user's keyring on the host is not there for
+// the run, whose every keyring call answers ENOSYS.
+func TestWallRunReachesNoKeyring(t *testing.T) {
+	requireRoot(t)
+	desc := plantHostKey(t, "postern-test-")
 	// keyctl(KEYCTL_SEARCH, the user keyring, "user", desc), request_key,
 	// add_key: each one's errno.
 	script := fmt.Sprintf(`import ctypes, os
@@ -820,12 +828,7 @@ for c in calls:
 // first, so that the host's /proc/keys is known to list something.
 func TestWallMasksKernelFiles(t *testing.T) {
 	requireRoot(t)
-	desc := "postern-test-mask-" + strconv.Itoa(os.Getpid())
-	id, err := unix.AddKey("user", desc, []byte("host secret"), unix.KEY_SPEC_USER_KEYRING)
-	if err != nil {
-		t.Fatalf("add a key to the host's user keyring: %v", err)
-	}
-	t.Cleanup(func() { _, _ = unix.KeyctlInt(unix.KEYCTL_INVALIDATE, id, 0, 0, 0) })
+	desc := plantHostKey(t, "postern-test-mask-")
 	if host, err := os.ReadFile("/proc/keys"); err != nil || !strings.Contains(string(host), desc) {
 		t.Fatalf("the host's /proc/keys does not list the planted key %q (err %v)", desc, err)
 	}
