@@ -284,17 +284,20 @@ func unprivilegedStartups(ctx context.Context, log *slog.Logger, dir, bin, bwrap
 			show: "bwrap --unshare-user --unshare-net --ro-bind / / true" + who, skip: bwrapSkip, cred: cred},
 		{name: startPosternUser, argv: []string{"", "run", "--", "true"}, show: "postern run -- true" + who, cred: cred},
 	}
+	own := filepath.Join(dir, "unprivileged")
+	work, home, tmp := filepath.Join(own, "work"), filepath.Join(own, "home"), filepath.Join(own, "tmp")
+	// That user's own environment, nothing of root's (an XDG_CONFIG_HOME
+	// under /root would be a config file it may not read, or root's own).
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "TMPDIR=" + tmp, "USER=nobody", "LOGNAME=nobody",
+		"POSTERN_HOME=" + filepath.Join(home, "postern")}
 	for i := range cmds {
-		cmds[i].dir = "/"
+		cmds[i].dir, cmds[i].env = "/", env
 	}
 	pst := &cmds[2]
-	own := filepath.Join(dir, "unprivileged")
-	work, home := filepath.Join(own, "work"), filepath.Join(own, "home")
 	pst.argv[0] = filepath.Join(own, "postern")
 	pst.dir = work
-	pst.env = append(os.Environ(), "POSTERN_HOME="+filepath.Join(home, "postern"), "HOME="+home, "XDG_RUNTIME_DIR=")
 	err := func() error {
-		for _, d := range []string{own, work, home} {
+		for _, d := range []string{own, work, home, tmp} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
 				return err
 			}

@@ -67,14 +67,16 @@ func (r *WallReport) Markdown(w io.Writer) error {
 		over := pst.P50() - bare.P50()
 		fmt.Fprintf(&b, "| `postern run -- true` over bare `true` (p50) | ≤ %s ms | %s ms | %s |\n", ms(GoalWallStartOverhead), ms(over), yes(over <= GoalWallStartOverhead))
 	} else {
-		b.WriteString("| `postern run -- true` over bare `true` (p50) | ≤ 50 ms | not measured | **no** |\n")
+		fmt.Fprintf(&b, "| `postern run -- true` over bare `true` (p50) | ≤ %s ms | not measured | **no** |\n", ms(GoalWallStartOverhead))
 	}
 	if bu, pu := r.startup(startBareUser), r.startup(startPosternUser); bu != nil && pu != nil {
 		if len(bu.Samples) > 0 && len(pu.Samples) > 0 {
 			over := pu.P50() - bu.P50()
 			fmt.Fprintf(&b, "| `%s` over `%s` (p50) | ≤ %s ms | %s ms | %s |\n", pu.Command, bu.Command, ms(GoalWallStartOverhead), ms(over), yes(over <= GoalWallStartOverhead))
 		} else {
-			fmt.Fprintf(&b, "| `%s` over `%s` (p50) | ≤ %s ms | not measured | **no** |\n", pu.Command, bu.Command, ms(GoalWallStartOverhead))
+			// A machine that refuses this user a user namespace: no lane
+			// to measure (why is under "Not measured").
+			fmt.Fprintf(&b, "| `%s` over `%s` (p50) | ≤ %s ms | not measured | – |\n", pu.Command, bu.Command, ms(GoalWallStartOverhead))
 		}
 	}
 	if srt != nil && pst != nil && len(srt.Samples) > 0 && len(pst.Samples) > 0 {
