@@ -30,9 +30,6 @@ var kernelMasked = []string{
 	"/sys/firmware", "/sys/devices/virtual/powercap",
 }
 
-// kernelMaskedGlobs are kernelMasked's entries with one per CPU.
-var kernelMaskedGlobs = []string{"/sys/devices/system/cpu/cpu*/thermal_throttle"}
-
 // kernelMounts are where the host mounts kernel filesystems under /sys that
 // the run, which sees the host's tree, would otherwise read: debugfs (every
 // task's scheduling, since Linux 5.13 what /proc/sched_debug was), tracefs
@@ -45,14 +42,12 @@ var kernelMounts = []string{
 	"/sys/kernel/config", "/sys/fs/bpf",
 }
 
-// kernelMasks lists what of kernelMasked, kernelMaskedGlobs and kernelMounts
-// is in the run's view to be masked.
+// kernelMasks lists what of kernelMasked and kernelMounts is in the run's
+// view to be masked. Each CPU's thermal_throttle counters, which some
+// container runtimes mask too, are not: one mount per CPU would cost a large
+// machine's every run milliseconds.
 func kernelMasks() []string {
 	out := slices.Clone(kernelMasked)
-	for _, g := range kernelMaskedGlobs {
-		m, _ := filepath.Glob(g) // the pattern is well formed: only I/O errors, which leave nothing to mask
-		out = append(out, m...)
-	}
 	for _, p := range kernelMounts {
 		if mountRoot(p) {
 			out = append(out, p)
