@@ -112,7 +112,7 @@ func TestRunWhereUsernsIsRefused(t *testing.T) {
 	}
 	testhosts.RerunWithoutUserns(t, "TestRunWhereUsernsIsRefused")
 	if os.Geteuid() == 0 {
-		testhosts.RerunWithoutUserns(t, "TestRunWhereUsernsIsRefused", "setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--")
+		testhosts.RerunWithoutUserns(t, "TestRunWhereUsernsIsRefused", testhosts.NoCaps...)
 	}
 }
 

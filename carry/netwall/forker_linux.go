@@ -34,9 +34,8 @@ func HoldsInitCaps() bool {
 	if bits, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0); err != nil || bits&secbitNoroot != 0 {
 		return false
 	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
+	data, err := threadCaps()
+	if err != nil {
 		return false
 	}
 	for _, c := range initCaps {
@@ -97,18 +96,27 @@ func (f *forker) serve() {
 	}
 }
 
+// threadCaps reads the calling thread's effective, permitted and inheritable
+// sets: capabilities 0-31 in the first element, 32-63 in the second.
+func threadCaps() ([2]unix.CapUserData, error) {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	err := unix.Capget(&hdr, &data[0])
+	return data, err
+}
+
 // clearInheritable empties the calling thread's inheritable and ambient
 // capability sets, keeping its effective and permitted ones.
 func clearInheritable() error {
 	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
 		return fmt.Errorf("clear ambient capabilities: %w", err)
 	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
+	data, err := threadCaps()
+	if err != nil {
 		return err
 	}
 	data[0].Inheritable, data[1].Inheritable = 0, 0
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("clear inheritable capabilities: %w", err)
 	}
@@ -178,9 +186,8 @@ func StartBounded(cmd *exec.Cmd) (release func(), err error) {
 // StartBounded started must find. Anything more is a defect of the thread
 // that started it, and the error says so.
 func CheckBounded() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
+	data, err := threadCaps()
+	if err != nil {
 		return fmt.Errorf("read this process's capabilities: %v", err)
 	}
 	for c := uintptr(0); ; c++ {

@@ -602,6 +602,13 @@ func (e *withFirstError) Error() string {
 
 func (e *withFirstError) Unwrap() error { return e.err }
 
+// cmdAgain is c unstarted, to start once more (an exec.Cmd starts once),
+// cloned as sys says.
+func cmdAgain(c *exec.Cmd, sys *syscall.SysProcAttr) *exec.Cmd {
+	return &exec.Cmd{Path: c.Path, Args: c.Args, Env: c.Env, ExtraFiles: c.ExtraFiles, SysProcAttr: sys,
+		Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr}
+}
+
 // startInit starts the wall's init, the executable initPath, in new namespaces,
 // in the cgroup of cgroupFD when it is not -1, with the control socket as its
 // descriptor 3.
@@ -669,8 +676,7 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 			// A kept init just written: a child this process forked
 			// meanwhile held its descriptor until its own exec closed it.
 			time.Sleep(time.Millisecond)
-			cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, ExtraFiles: cmd.ExtraFiles, SysProcAttr: cmd.SysProcAttr,
-				Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
+			cmd = cmdAgain(cmd, cmd.SysProcAttr)
 			err = cmd.Start()
 		}
 	}
@@ -682,8 +688,7 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 			fk.release()
 			fk = nil
 			noUserns = err
-			cmd = &exec.Cmd{Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, ExtraFiles: cmd.ExtraFiles, SysProcAttr: userns,
-				Stdin: cmd.Stdin, Stdout: cmd.Stdout, Stderr: cmd.Stderr}
+			cmd = cmdAgain(cmd, userns)
 			start()
 		}
 	} else {

@@ -698,7 +698,7 @@ func TestRaiseRefusesWithRemedy(t *testing.T) {
 	if os.Geteuid() == 0 {
 		// And as its root without a capability: a user namespace is needed,
 		// and refused.
-		testhosts.RerunWithoutUserns(t, "TestRaiseRefusesWithRemedy", "setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--")
+		testhosts.RerunWithoutUserns(t, "TestRaiseRefusesWithRemedy", testhosts.NoCaps...)
 	}
 }
 

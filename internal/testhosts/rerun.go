@@ -68,6 +68,10 @@ func RerunAsNobody(t testing.TB, pattern string, wantPass ...string) string {
 	return out
 }
 
+// NoCaps, as RerunWithoutUserns's wrap, runs the test binary holding no
+// capability at all.
+var NoCaps = []string{"setpriv", "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", "--"}
+
 // RerunWithoutUserns runs the running test binary's test name again inside a
 // user namespace whose user.max_user_namespaces is 0, with
 // POSTERN_TEST_NO_USERNS=1 so the test knows, and fails t unless it passes.
