@@ -79,6 +79,11 @@ type Spec struct {
 	// Signals are the signals the caller received; they are forwarded to the run
 	// (SIGWINCH resizes the run's terminal). The caller owns signal handling.
 	Signals <-chan os.Signal
+	// SignalsHeld, if set, is closed once Signals receives every signal
+	// it is to: the run's command does not start before. Where the wall
+	// is raised here, it is awaited only then, so the caller may ask for
+	// its signals while the wall goes up.
+	SignalsHeld <-chan struct{}
 	// Warn receives warnings meant for the person (stderr).
 	Warn   io.Writer
 	Logger *slog.Logger
@@ -216,6 +221,10 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	}
 	c := carrier.Carry()
 	run.Carry = c
+	localWall := m.IsLocal() && !inContainer && (c == carry.NetworkWall || c == carry.ConnectDoor)
+	if !localWall && spec.SignalsHeld != nil {
+		<-spec.SignalsHeld
+	}
 	if inContainer {
 		return runContainerLane(ctx, store, spec, rec, run, pol, pins, carrier, ct)
 	}
@@ -269,15 +278,23 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 			return finish(ctx, store, run, 0, ce)
 		}
 	}
-	if (c == carry.NetworkWall || c == carry.ConnectDoor) && m.IsLocal() {
+	if localWall {
 		// The running record is written while the wall goes up, and is durable
-		// before the command starts.
+		// before the command starts, as the caller's signals are held.
 		snapshot := *run
 		recorded := make(chan error, 1)
 		go func() { recorded <- store.PutRun(&snapshot) }()
 		var once sync.Once
 		var werr error
-		wait := func() error { once.Do(func() { werr = <-recorded }); return werr }
+		wait := func() error {
+			once.Do(func() {
+				werr = <-recorded
+				if spec.SignalsHeld != nil {
+					<-spec.SignalsHeld
+				}
+			})
+			return werr
+		}
 		var code int
 		// The wall is torn down while the final record is written, and
 		// before postern goes on.

@@ -35,13 +35,12 @@ const (
 // from Wall.Signal go to the command's process group. When ctx is done or the
 // host side disappears, the run is killed.
 //
-// notifySignals, if not nil, is called before the command starts to have signals
-// sent on signals: the init calls it while the wall goes up, where it costs
-// the start nothing (before it a signal from outside the namespaces is one
-// pid 1 ignores).
+// held, if not nil, is closed once signals receives what it is to: the
+// command does not start before. The signals are asked for while the wall
+// goes up, where they cost the start nothing (see signals.Notify).
 //
 // Init assumes it owns the process: it must only be called from that entry point.
-func Init(ctx context.Context, args []string, signals <-chan os.Signal, notifySignals func()) int {
+func Init(ctx context.Context, args []string, signals <-chan os.Signal, held <-chan struct{}) int {
 	plan, err := parseNetArgs(args)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "postern: network wall init: %v (it only runs under 'postern run')\n", err)
@@ -76,9 +75,6 @@ func Init(ctx context.Context, args []string, signals <-chan os.Signal, notifySi
 			defer close(spare)
 			reserveThreads(spareThreads)
 		}()
-		if notifySignals != nil {
-			notifySignals()
-		}
 	}
 	ready := message{Type: msgReady}
 	if cfg.PidMax > 0 {
@@ -130,6 +126,9 @@ func Init(ctx context.Context, args []string, signals <-chan os.Signal, notifySi
 		return exitInitFailed
 	}
 	<-spare
+	if held != nil {
+		<-held
+	}
 	pid, notify, err := startCommand(cfg, tty, starter)
 	if err != nil {
 		_ = ctl.send(message{Type: msgError, Err: &wireError{Step: "start", Message: err.Error()}})

@@ -5,8 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"syscall"
+
+	"github.com/postern-dev/postern/internal/signals"
 )
 
 // ForwardedSignals are passed by the wall's init to the run (and by a
@@ -19,12 +20,12 @@ var ForwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 // arguments after InitArg.
 func InitMain(args []string) int {
 	sigs := make(chan os.Signal, 8)
-	return Init(context.Background(), args, sigs, func() {
-		// SIGWINCH: the init resizes the run's terminal. SIGINT and
-		// SIGTERM are the run's to handle: the init passes them on
-		// instead of stopping.
-		signal.Notify(sigs, append(ForwardedSignals, syscall.SIGWINCH)...)
-	})
+	// SIGWINCH: the init resizes the run's terminal. SIGINT and SIGTERM
+	// are the run's to handle: the init passes them on instead of
+	// stopping. Asked for beside the wall's setup, held before the
+	// command starts.
+	held := signals.Notify(sigs, append(ForwardedSignals, syscall.SIGWINCH)...)
+	return Init(context.Background(), args, sigs, held)
 }
 
 // ExecMain is the main of a process started with ExecArg and the command

@@ -26,7 +26,7 @@ func (w *Wall) Close() error                    { return nil }
 func (w *Wall) Ending() Ending                  { return Ending{} }
 func (w *Wall) PidsLimit() string               { return "" }
 func KeptInit(dir string) (string, error)       { return "", nil }
-func Init(ctx context.Context, args []string, signals <-chan os.Signal, notify func()) int {
+func Init(ctx context.Context, args []string, signals <-chan os.Signal, held <-chan struct{}) int {
 	return 125
 }
 func ExecDropped(argv []string) error { return ErrUnsupported }

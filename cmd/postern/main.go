@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"syscall"
 
 	"github.com/spf13/cobra"
 
 	"github.com/postern-dev/postern/internal/hugetext"
+	"github.com/postern-dev/postern/internal/signals"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -52,7 +52,7 @@ func main() {
 		build()
 	}
 	strictCommands(rootCmd)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := interruptible()
 	defer stop()
 	err := rootCmd.ExecuteContext(ctx)
 
@@ -68,4 +68,22 @@ func main() {
 	}
 	fmt.Fprintln(stderr, "postern:", err)
 	hugetext.Exit(1)
+}
+
+// interruptible is signal.NotifyContext for os.Interrupt and SIGTERM, with
+// the signals asked for beside the command's own work (see signals.Notify):
+// one that comes before they are held ends the process, as one before main
+// would.
+func interruptible() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := make(chan os.Signal, 1)
+	signals.Notify(c, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		select {
+		case <-c:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, cancel
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/postern-dev/postern/carry"
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/door"
+	"github.com/postern-dev/postern/internal/signals"
 	"github.com/postern-dev/postern/internal/termtext"
 	"github.com/postern-dev/postern/records"
 )
@@ -84,9 +85,13 @@ not found; 255 the connection to the run's machine was lost.`,
 					takeCoresBack()
 				}
 				sigs := make(chan os.Signal, 8)
-				signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
+				// Held once the command starts, asked for while the wall goes up.
+				spec.SignalsHeld = signals.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 					syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
-				defer signal.Stop(sigs)
+				defer func() {
+					<-spec.SignalsHeld
+					signal.Stop(sigs)
+				}()
 				wd, _ := os.Getwd()
 				spec.Command = args
 				spec.Dir = wd

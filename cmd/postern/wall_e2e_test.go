@@ -1248,6 +1248,60 @@ func TestWallInteractiveRunGetsATerminal(t *testing.T) {
 	})
 }
 
+// TestWallSignalsReachTheRun sends postern SIGUSR1, then SIGTERM, the moment
+// its run prints that it has started: postern and the init ask for their
+// signals while the wall goes up, and hold them before the command starts,
+// so the run's traps get both and its status is postern's. Five runs, each
+// signalled at once.
+func TestWallSignalsReachTheRun(t *testing.T) {
+	testhosts.EndToEnd(t)
+	testhosts.RequireRoot(t)
+	t.Parallel()
+	p := poster{Home: measuredHome(t), Dir: t.TempDir()}
+	script := `trap 'echo got-usr1' USR1; trap 'echo got-term; exit 5' TERM; echo ready; while :; do sleep 0.05; done`
+	for i := range 5 {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := p.command(ctx, "run", "--", "sh", "-c", script)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			cancel()
+			t.Fatal(err)
+		}
+		lines := bufio.NewReader(stdout)
+		expect := func(want string) {
+			t.Helper()
+			line, err := lines.ReadString('\n')
+			if strings.TrimSpace(line) != want {
+				t.Errorf("run %d: read %q (%v), want %q", i, line, err, want)
+			}
+		}
+		expect("ready")
+		if err := cmd.Process.Signal(syscall.SIGUSR1); err != nil {
+			t.Fatal(err)
+		}
+		expect("got-usr1")
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		expect("got-term")
+		_, _ = io.Copy(io.Discard, stdout)
+		err = cmd.Wait()
+		cancel()
+		if code := cmd.ProcessState.ExitCode(); code != 5 {
+			t.Fatalf("run %d: postern exited %d (%v), want the trap's 5; stderr:\n%s", i, code, err, errb.String())
+		}
+		if r := p.lastRun(t); r.ExitCode == nil || *r.ExitCode != 5 {
+			t.Errorf("run %d: record %+v, want exit 5", i, r)
+		}
+	}
+}
+
 // inTerminal runs 'postern run -- sh -c script' on a new pseudo-terminal of
 // rows x cols. When the run prints READY, onReady gets the terminal's master
 // side (to type keys). It returns everything printed and postern's status.
