@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -84,14 +83,12 @@ not found; 255 the connection to the run's machine was lost.`,
 				} else {
 					takeCoresBack()
 				}
+				// Held once the command starts, asked for while the wall goes
+				// up, and never given back: the process ends with the run, and
+				// giving each back costs as much as asking for it.
 				sigs := make(chan os.Signal, 8)
-				// Held once the command starts, asked for while the wall goes up.
 				spec.SignalsHeld = signals.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
 					syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
-				defer func() {
-					<-spec.SignalsHeld
-					signal.Stop(sigs)
-				}()
 				wd, _ := os.Getwd()
 				spec.Command = args
 				spec.Dir = wd
