@@ -280,7 +280,7 @@ func Run(ctx context.Context, store *records.Store, spec Spec) (*records.Run, er
 	}
 	if localWall {
 		// The running record is written while the wall goes up, and is durable
-		// before the command starts, as the caller's signals are held.
+		// before the command starts, and the caller's signals held.
 		snapshot := *run
 		recorded := make(chan error, 1)
 		go func() { recorded <- store.PutRun(&snapshot) }()

@@ -37,7 +37,7 @@ const (
 //
 // held, if not nil, is closed once signals receives what it is to: the
 // command does not start before. The signals are asked for while the wall
-// goes up, where they cost the start nothing (see signals.Notify).
+// goes up, where they cost the start nothing (see signals.Hold).
 //
 // Init assumes it owns the process: it must only be called from that entry point.
 func Init(ctx context.Context, args []string, signals <-chan os.Signal, held <-chan struct{}) int {

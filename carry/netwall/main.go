@@ -22,9 +22,9 @@ func InitMain(args []string) int {
 	sigs := make(chan os.Signal, 8)
 	// SIGWINCH: the init resizes the run's terminal. SIGINT and SIGTERM
 	// are the run's to handle: the init passes them on instead of
-	// stopping. Asked for beside the wall's setup, held before the
-	// command starts.
-	held := signals.Notify(sigs, append(ForwardedSignals, syscall.SIGWINCH)...)
+	// stopping. Asked for beside the wall's setup (ignored until then),
+	// held before the command starts.
+	held := signals.Hold(sigs, append(ForwardedSignals, syscall.SIGWINCH)...)
 	return Init(context.Background(), args, sigs, held)
 }
 

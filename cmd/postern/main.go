@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -71,19 +72,63 @@ func main() {
 }
 
 // interruptible is signal.NotifyContext for os.Interrupt and SIGTERM, with
-// the signals asked for beside the command's own work (see signals.Notify):
-// one that comes before they are held ends the process, as one before main
-// would.
-func interruptible() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	c := make(chan os.Signal, 1)
-	signals.Notify(c, os.Interrupt, syscall.SIGTERM)
+// the signals held beside the command's own work (see signals.Hold), and
+// a command may take them over (caught.take) to pass them on itself.
+func interruptible() (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	c := make(chan os.Signal, 4)
+	caught.cancel = cancel
+	caught.held = signals.Hold(c, os.Interrupt, syscall.SIGTERM)
 	go func() {
-		select {
-		case <-c:
-			cancel()
-		case <-ctx.Done():
+		// Lives with the process, as the signals' registration does.
+		for sig := range c {
+			caught.route(sig)
 		}
 	}()
-	return ctx, cancel
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// caught routes os.Interrupt and SIGTERM (see interruptible).
+var caught interrupts
+
+// interrupts routes os.Interrupt and SIGTERM: each cancels the command's
+// context, until a command takes them.
+type interrupts struct {
+	mu     sync.Mutex
+	to     chan<- os.Signal
+	first  os.Signal // the one that cancelled the context
+	cancel context.CancelCauseFunc
+	held   <-chan struct{}
+}
+
+func (i *interrupts) route(sig os.Signal) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	if i.to != nil {
+		select {
+		case i.to <- sig:
+		default: // full: dropped, as signal.Notify drops
+		}
+		return
+	}
+	if i.first == nil {
+		i.first = sig
+		i.cancel(errors.New(sig.String() + " signal received"))
+	}
+}
+
+// take has os.Interrupt and SIGTERM sent on c from now on, rather than
+// cancelling the command's context; one that cancelled it already is sent
+// first. It returns a channel closed once they are held.
+func (i *interrupts) take(c chan<- os.Signal) <-chan struct{} {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.to = c
+	if i.first != nil {
+		select {
+		case c <- i.first:
+		default:
+		}
+	}
+	return i.held
 }

@@ -83,12 +83,21 @@ not found; 255 the connection to the run's machine was lost.`,
 				} else {
 					takeCoresBack()
 				}
-				// Held once the command starts, asked for while the wall goes
-				// up, and never given back: the process ends with the run, and
-				// giving each back costs as much as asking for it.
+				// The run's signals: held before its command starts, asked for
+				// while the wall goes up (see dispatch.Spec), and never given
+				// back, the process ending with the run (giving each back
+				// costs as much as asking for it). SIGINT and SIGTERM, held
+				// from the process's start, are taken over from main.
 				sigs := make(chan os.Signal, 8)
-				spec.SignalsHeld = signals.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT,
-					syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
+				interrupts := caught.take(sigs)
+				others := signals.Hold(sigs, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH)
+				held := make(chan struct{})
+				go func() {
+					<-interrupts
+					<-others
+					close(held)
+				}()
+				spec.SignalsHeld = held
 				wd, _ := os.Getwd()
 				spec.Command = args
 				spec.Dir = wd

@@ -5,12 +5,18 @@ import (
 	"os/signal"
 )
 
-// Notify has sig relayed to c, as signal.Notify does, from a goroutine of
-// its own, and returns at once; the channel it returns is closed once c is
-// sure to receive every one of them. Until then each arrives as it would
-// have before: a process that must not be ended by one waits on the
-// channel first.
-func Notify(c chan<- os.Signal, sig ...os.Signal) <-chan struct{} {
+// Hold ignores sig at once (ignoring a signal costs no round trip), then has
+// them relayed to c, as signal.Notify does, from a goroutine of its own; the
+// channel it returns is closed once c is registered for every one of them
+// (a signal that finds c full is dropped, as with signal.Notify). Until
+// then one of them that arrives is lost rather than given its default
+// action, which for most is to end the process; a child started meanwhile
+// inherits them ignored.
+//
+// Hold is for signals the process has not asked for before: ignoring one
+// cancels every earlier Notify of it.
+func Hold(c chan<- os.Signal, sig ...os.Signal) <-chan struct{} {
+	signal.Ignore(sig...)
 	held := make(chan struct{})
 	go func() {
 		defer close(held)
