@@ -257,6 +257,23 @@ func TestWall(t *testing.T) {
 		}
 	})
 
+	t.Run("listen-backlog", func(t *testing.T) {
+		// The door's listeners are made without the net package, which
+		// would read the backlog from /proc: each must still take the
+		// namespace's somaxconn, and listen on both families' wildcard.
+		r := runWalled(t, []uint16{443}, "sh", "-c", "cat /proc/sys/net/core/somaxconn; ss -ltnH")
+		lines := strings.Split(r.stdout, "\n")
+		if r.code != 0 || len(lines) != 3 {
+			t.Fatalf("somaxconn and ss: exit %d, %q, stderr %q; want somaxconn and two listeners", r.code, r.stdout, r.stderr)
+		}
+		for _, l := range lines[1:] {
+			f := strings.Fields(l)
+			if len(f) < 4 || f[0] != "LISTEN" || f[2] != lines[0] || !strings.HasPrefix(f[3], "*:") {
+				t.Errorf("listener %q: want LISTEN with a backlog of %s (somaxconn) on *:PORT", l, lines[0])
+			}
+		}
+	})
+
 	t.Run("non-policy-port-reset", func(t *testing.T) {
 		r := runWalled(t, []uint16{443}, "curl", "-sS", "--max-time", "5", "http://192.0.2.1:8080/")
 		if r.code != 7 {
