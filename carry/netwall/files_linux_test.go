@@ -626,13 +626,13 @@ func TestInitStartsInItsCgroup(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer syscall.Close(fd)
-	cmd, ctl, fk, err := startInit(Self, Spec{}, &initConfig{}, fd)
+	proc, ctl, fk, err := startInit(Self, Spec{}, &initConfig{}, fd)
 	if err != nil {
 		t.Fatalf("start the init in %s: %v", dir, err)
 	}
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", cmd.Process.Pid))
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", proc.pid))
 	ctl.Close() // the init ends when its control socket does
-	cmd.Wait()
+	proc.wait()
 	if fk != nil {
 		fk.release()
 	}

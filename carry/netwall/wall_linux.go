@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"os"
-	"os/exec"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,7 +44,7 @@ const (
 // and the command it runs (once started).
 type Wall struct {
 	logger *slog.Logger
-	cmd    *exec.Cmd
+	init   *initProc
 	ctl    *channel
 	lis    door.Listeners
 	// refused carries Landlock's refusals to the door; allowed are the
@@ -73,7 +72,7 @@ type Wall struct {
 	status int
 
 	exited  chan struct{} // closed when the init has been waited for
-	state   *os.ProcessState
+	state   syscall.WaitStatus
 	waitErr error
 
 	// forker is the thread that cloned the init where it has no user
@@ -167,14 +166,14 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 			initPath = p
 		}
 	}
-	cmd, ctl, fk, err := startInit(initPath, spec, &cfg, cgroupFD)
+	proc, ctl, fk, err := startInit(initPath, spec, &cfg, cgroupFD)
 	if err != nil && cgroupFD >= 0 {
 		// A kernel before 5.7, or a cgroup this user may not start in.
 		unix.Close(cgroupFD)
 		cgroupFD = -1
 		cg.remove()
 		cg, why = nil, fmt.Sprintf("start in cgroup %s: %v", cg.dir, err)
-		cmd, ctl, fk, err = startInit(initPath, spec, &cfg, -1)
+		proc, ctl, fk, err = startInit(initPath, spec, &cfg, -1)
 	}
 	if cgroupFD >= 0 {
 		unix.Close(cgroupFD)
@@ -189,7 +188,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 		}
 		return nil, fmt.Errorf("network wall: start init %q: %w", initPath, err)
 	}
-	w := &Wall{logger: logger, cmd: cmd, ctl: ctl, forker: fk, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
+	w := &Wall{logger: logger, init: proc, ctl: ctl, forker: fk, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
 	var pidMax chan string
 	if why == pidMaxInstead {
 		cfg.PidMax = pidMaxFor(held)
@@ -197,7 +196,7 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 	}
 	go w.holdPids(cg, why, limit, held, cfg.NProc > 0, pidMax)
 	go w.reap()
-	logger.Debug("wall init started", "pid", cmd.Process.Pid, "ports", spec.Ports)
+	logger.Debug("wall init started", "pid", proc.pid, "ports", spec.Ports)
 
 	lis, pidMaxErr, err := w.handshake(ctx, cfg)
 	if pidMax != nil {
@@ -230,9 +229,7 @@ func kernelStep(step string) bool {
 }
 
 func (w *Wall) reap() {
-	err := w.cmd.Wait()
-	w.state = w.cmd.ProcessState
-	w.waitErr = err
+	w.state, w.waitErr = w.init.wait()
 	if w.forker != nil {
 		w.forker.release()
 	}
@@ -262,7 +259,7 @@ func (w *Wall) holdPids(cg *pidsCgroup, why string, limit, held int, rlimit bool
 		}
 		if perr == "" {
 			w.pidsDesc = fmt.Sprintf("%d tasks (the run's pid namespace's pid_max, %d; up to %d more before its pids first wrap)", limit, held+pidsReserved, pidsReserved-1)
-			w.logger.Debug("wall pids limit", "pid", w.cmd.Process.Pid, "held_by", w.pidsDesc)
+			w.logger.Debug("wall pids limit", "pid", w.init.pid, "held_by", w.pidsDesc)
 			return
 		}
 		var whyNot string
@@ -273,7 +270,7 @@ func (w *Wall) holdPids(cg *pidsCgroup, why string, limit, held int, rlimit bool
 		}
 	}
 	if cg != nil && cg.version == 1 {
-		if err := cg.add(w.cmd.Process.Pid); err != nil {
+		if err := cg.add(w.init.pid); err != nil {
 			cg.remove()
 			cg, why = nil, err.Error()
 		}
@@ -287,7 +284,7 @@ func (w *Wall) holdPids(cg *pidsCgroup, why string, limit, held int, rlimit bool
 	default:
 		w.pidsDesc = fmt.Sprintf("none: no cgroup of its own (%s), and RLIMIT_NPROC does not hold root", why)
 	}
-	w.logger.Debug("wall pids limit", "pid", w.cmd.Process.Pid, "held_by", w.pidsDesc)
+	w.logger.Debug("wall pids limit", "pid", w.init.pid, "held_by", w.pidsDesc)
 }
 
 // readEnding takes the init's last word, what became of the run's writes,
@@ -352,10 +349,10 @@ func (w *Wall) initGone(ctx context.Context, err error) error {
 	if errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET) {
 		select {
 		case <-w.exited:
-			return fmt.Errorf("network wall: init (%s) exited early: %v", w.cmd.Path, w.state)
+			return fmt.Errorf("network wall: init (%s) exited early: %s", w.init.path, w.exitText())
 		case <-time.After(time.Second):
 		}
-		return fmt.Errorf("network wall: init (%s) closed the control socket", w.cmd.Path)
+		return fmt.Errorf("network wall: init (%s) closed the control socket", w.init.path)
 	}
 	return fmt.Errorf("network wall: %w", err)
 }
@@ -388,7 +385,7 @@ func (w *Wall) handshake(ctx context.Context, cfg initConfig) (door.Listeners, s
 func (w *Wall) Listeners() door.Listeners { return w.lis }
 
 // Pid is the host pid of the wall's init (pid 1 of the run's pid namespace).
-func (w *Wall) Pid() int { return w.cmd.Process.Pid }
+func (w *Wall) Pid() int { return w.init.pid }
 
 // Start starts the command inside the wall, giving up when ctx is done or
 // after startTimeout. Signal and Close do not wait for it.
@@ -442,7 +439,15 @@ func (w *Wall) PidsLimit() string {
 	return w.pidsDesc
 }
 
-func (w *Wall) cmdName() string { return w.cmd.Args[0] }
+func (w *Wall) cmdName() string { return w.init.argv[0] }
+
+// exitText says how the init ended, once it has been waited for.
+func (w *Wall) exitText() string {
+	if w.waitErr != nil {
+		return w.waitErr.Error()
+	}
+	return statusText(w.state)
+}
 
 // Signal forwards sig to the command's process group inside the wall.
 func (w *Wall) Signal(sig syscall.Signal) error {
@@ -491,14 +496,10 @@ func isClosed(c chan struct{}) bool {
 }
 
 func (w *Wall) exitCode() (int, error) {
-	st := w.state
-	if st == nil {
+	if w.waitErr != nil {
 		return -1, fmt.Errorf("network wall: wait for init: %w", w.waitErr)
 	}
-	ws, ok := st.Sys().(syscall.WaitStatus)
-	if !ok {
-		return st.ExitCode(), nil
-	}
+	ws := w.state
 	if ws.Signaled() {
 		// The init passes the command's signal on as 128+n; being killed
 		// itself means the wall was torn down (Close) or the host killed it.
@@ -545,7 +546,7 @@ func (w *Wall) Close() error {
 			select {
 			case <-w.exited:
 			case <-time.After(closeGrace):
-				_ = w.cmd.Process.Kill()
+				w.init.kill()
 				<-w.exited
 			}
 		default:
@@ -556,7 +557,7 @@ func (w *Wall) Close() error {
 				case <-time.After(closeGrace):
 				}
 			}
-			_ = w.cmd.Process.Kill()
+			w.init.kill()
 			<-w.exited
 		}
 		w.ctl.Close()
@@ -602,13 +603,6 @@ func (e *withFirstError) Error() string {
 
 func (e *withFirstError) Unwrap() error { return e.err }
 
-// cmdAgain is c unstarted, to start once more (an exec.Cmd starts once),
-// cloned as sys says.
-func cmdAgain(c *exec.Cmd, sys *syscall.SysProcAttr) *exec.Cmd {
-	return &exec.Cmd{Path: c.Path, Args: c.Args, Env: c.Env, ExtraFiles: c.ExtraFiles, SysProcAttr: sys,
-		Stdin: c.Stdin, Stdout: c.Stdout, Stderr: c.Stderr}
-}
-
 // startInit starts the wall's init, the executable initPath, in new namespaces,
 // in the cgroup of cgroupFD when it is not -1, with the control socket as its
 // descriptor 3.
@@ -616,7 +610,7 @@ func cmdAgain(c *exec.Cmd, sys *syscall.SysProcAttr) *exec.Cmd {
 // A caller that holds the init's capabilities (root, as a rule) clones it
 // with no user namespace, from a forker, which it returns; it is nil
 // otherwise.
-func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec.Cmd, *channel, *forker, error) {
+func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*initProc, *channel, *forker, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("control socketpair: %w", err)
@@ -651,48 +645,34 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 			noUserns = fmt.Errorf("bound a thread to the init's capabilities: %w", err)
 		}
 	}
-	cmd := &exec.Cmd{
-		Path: initPath,
-		Args: append([]string{initPath, InitArg}, netArgs(cfg.netPlan)...),
+	argv := append([]string{initPath, InitArg}, netArgs(cfg.netPlan)...)
+	// Descriptors 0, 1 and 2 are the run's streams (nil: /dev/null), 3 the
+	// control socket.
+	files := []*os.File{spec.Stdin, spec.Stdout, spec.Stderr, childEnd}
+	var proc *initProc
+	start := func(sys *syscall.SysProcAttr) {
 		// The init is pid 1 of the run, whose /proc shows its environment:
 		// it gets the run's, never more.
-		Env:         cfg.Env,
-		ExtraFiles:  []*os.File{childEnd},
-		SysProcAttr: sys,
-	}
-	// A nil *os.File in an io.Reader would not be nil: assign only real files.
-	if spec.Stdin != nil {
-		cmd.Stdin = spec.Stdin
-	}
-	if spec.Stdout != nil {
-		cmd.Stdout = spec.Stdout
-	}
-	if spec.Stderr != nil {
-		cmd.Stderr = spec.Stderr
-	}
-	start := func() {
-		err = cmd.Start()
+		proc, err = startProc(initPath, argv, cfg.Env, files, sys)
 		for try := 0; errors.Is(err, syscall.ETXTBSY) && try < 20; try++ {
 			// A kept init just written: a child this process forked
 			// meanwhile held its descriptor until its own exec closed it.
 			time.Sleep(time.Millisecond)
-			cmd = cmdAgain(cmd, cmd.SysProcAttr)
-			err = cmd.Start()
+			proc, err = startProc(initPath, argv, cfg.Env, files, sys)
 		}
 	}
 	if fk != nil {
-		fk.run(start)
+		fk.run(func() { start(sys) })
 		if err != nil {
 			// Refused without a user namespace (by a security module, say):
 			// cloned as for a caller without the capabilities.
 			fk.release()
 			fk = nil
 			noUserns = err
-			cmd = cmdAgain(cmd, userns)
-			start()
+			start(userns)
 		}
 	} else {
-		start()
+		start(sys)
 	}
 	childEnd.Close()
 	if err != nil {
@@ -704,5 +684,5 @@ func startInit(initPath string, spec Spec, cfg *initConfig, cgroupFD int) (*exec
 		}
 		return nil, nil, nil, err
 	}
-	return cmd, ctl, fk, nil
+	return proc, ctl, fk, nil
 }
