@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
@@ -451,8 +452,12 @@ func TestRecordsFinalRecordUnwritable(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	p := poster{Home: home, Dir: t.TempDir()}
-	cmd := p.command(ctx, "run", "--", "sh", "-c", "read x; exit 3")
+	cmd := p.command(ctx, "run", "--", "sh", "-c", "echo started; read x; exit 3")
 	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -462,19 +467,25 @@ func TestRecordsFinalRecordUnwritable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stdin.Close()
-	// Once the run is recorded as running, its filesystem goes read-only.
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if runs := p.runs(t); len(runs) > 0 && runs[len(runs)-1].State == records.StateRunning {
+	// Once the command runs, its running record is durable and the records
+	// file closed (each transaction opens it afresh): the filesystem goes
+	// read-only then. A remount finds it busy while a file on it is open
+	// for writing, which another transaction may briefly hold.
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); strings.TrimSpace(line) != "started" {
+		t.Fatalf("the run did not start: %q (%v); stderr: %s", line, err, errOut.String())
+	}
+	if runs := p.runs(t); len(runs) == 0 || runs[len(runs)-1].State != records.StateRunning {
+		t.Fatalf("the started run is not recorded as running: %+v", runs)
+	}
+	for try := 0; ; try++ {
+		out, err := exec.Command("mount", "-o", "remount,ro", home).CombinedOutput()
+		if err == nil {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the run was never recorded as running; stderr: %s", errOut.String())
+		if try == 100 || !strings.Contains(string(out), "busy") {
+			t.Fatalf("remount ro: %v: %s", err, out)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if out, err := exec.Command("mount", "-o", "remount,ro", home).CombinedOutput(); err != nil {
-		t.Fatalf("remount ro: %v: %s", err, out)
+		time.Sleep(20 * time.Millisecond)
 	}
 	stdin.Close()
 	err = cmd.Wait()
