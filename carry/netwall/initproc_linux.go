@@ -12,9 +12,9 @@ import (
 
 // initProc is the wall's init as started: cloned with syscall's StartProcess
 // rather than os/exec. os/exec's first start in a process checks that pidfds
-// work by cloning a test child and waiting for it (0.4–0.5 ms here), and a
-// local run's init is the one process postern starts: that check was all
-// on the run's chain.
+// work by cloning a test child and waiting for it (0.4–0.5 ms on a two-core
+// machine), and a local run's init is the one process postern starts: that
+// check was all on the run's chain.
 type initProc struct {
 	pid  int
 	path string
@@ -29,13 +29,16 @@ type initProc struct {
 // *os.PathError of "fork/exec" around the errno.
 func startProc(path string, argv, env []string, files []*os.File, sys *syscall.SysProcAttr) (*initProc, error) {
 	fds := make([]uintptr, len(files))
+	var null *os.File
 	for i, f := range files {
 		if f == nil {
-			null, err := os.OpenFile(os.DevNull, os.O_RDWR, 0)
-			if err != nil {
-				return nil, err
+			if null == nil {
+				var err error
+				if null, err = os.OpenFile(os.DevNull, os.O_RDWR, 0); err != nil {
+					return nil, err
+				}
+				defer null.Close()
 			}
-			defer null.Close()
 			f = null
 		}
 		fds[i] = f.Fd()

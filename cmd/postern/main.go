@@ -130,5 +130,11 @@ func (i *interrupts) take(c chan<- os.Signal) <-chan struct{} {
 		default:
 		}
 	}
+	if i.held == nil {
+		// Never held (no interruptible): nothing to wait for.
+		held := make(chan struct{})
+		close(held)
+		return held
+	}
 	return i.held
 }
