@@ -585,10 +585,13 @@ func TestDispatchFleet(t *testing.T) {
 		if !slices.ContainsFunc(namespaces, func(n string) bool { return strings.HasPrefix(n, "net:") }) {
 			t.Fatalf("the runs are in no network namespace of their own: no wall?")
 		}
+		if len(nsHolders(namespaces, sinceBoot(t))) == 0 {
+			t.Fatal("no process holds the running runs' namespaces: the check below would see nothing")
+		}
 		if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}
-		at := time.Now()
+		at, atTicks := time.Now(), sinceBoot(t)
 		agents := func() []int {
 			var all []int
 			for _, h := range f.Hosts {
@@ -596,10 +599,10 @@ func TestDispatchFleet(t *testing.T) {
 			}
 			return all
 		}
-		for len(pgrepPids(t, pattern)) > 0 || len(nsHolders(namespaces)) > 0 || len(agents()) > 0 {
+		for len(pgrepPids(t, pattern)) > 0 || len(nsHolders(namespaces, atTicks)) > 0 || len(agents()) > 0 {
 			if time.Since(at) > 5*time.Second {
 				out, _ := exec.Command("ps", "-eo", "pid,ppid,stat,etime,args").Output()
-				t.Fatalf("5s after SIGINT: runs %v, namespaces held %v, agents %v\n%s", pgrepPids(t, pattern), nsHolders(namespaces), agents(), out)
+				t.Fatalf("5s after SIGINT: runs %v, namespaces held %v, agents %v\n%s", pgrepPids(t, pattern), nsHolders(namespaces, atTicks), agents(), out)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}

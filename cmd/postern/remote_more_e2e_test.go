@@ -22,6 +22,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/internal/procstat"
 	"github.com/postern-dev/postern/internal/testhosts"
 	"github.com/postern-dev/postern/records"
 )
@@ -206,8 +207,12 @@ func runNamespaces(t *testing.T, pid, host int) []string {
 }
 
 // nsHolders lists the processes that are in, or hold a descriptor of, any of
-// the namespaces.
-func nsHolders(namespaces []string) []string {
+// the namespaces and that were already there at bornBy (clock ticks since
+// boot, see sinceBoot). A namespace's number is the kernel's to give again
+// once it is gone: a process started after the run was stopped, in a new
+// namespace of another test's, may show the same one. A process the run
+// left behind was there before.
+func nsHolders(namespaces []string, bornBy uint64) []string {
 	want := map[string]bool{}
 	for _, n := range namespaces {
 		want[n] = true
@@ -215,8 +220,12 @@ func nsHolders(namespaces []string) []string {
 	var out []string
 	procs, _ := os.ReadDir("/proc")
 	for _, p := range procs {
-		if _, err := strconv.Atoi(p.Name()); err != nil {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
 			continue
+		}
+		if born := procstat.StartTime(pid); born == 0 || born > bornBy {
+			continue // gone, or started since
 		}
 		dir := "/proc/" + p.Name()
 		var links []string
@@ -239,6 +248,21 @@ func nsHolders(namespaces []string) []string {
 		}
 	}
 	return out
+}
+
+// sinceBoot is now in clock ticks since boot (USER_HZ, 100 a second), as
+// processes' start times are counted.
+func sinceBoot(t *testing.T) uint64 {
+	t.Helper()
+	b, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secs, err := strconv.ParseFloat(strings.Fields(string(b))[0], 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uint64(secs*100) + 1 // rounded up: a process started this tick counts
 }
 
 // pgrepPids lists the pids of processes whose command line matches pattern.
@@ -338,7 +362,7 @@ func TestRemoteConnectionDropped(t *testing.T) {
 		}
 
 		cut(t)
-		cutAt := time.Now()
+		cutAt, cutTicks := time.Now(), sinceBoot(t)
 		for len(pgrepPids(t, pattern)) > 0 {
 			if time.Since(cutAt) > 5*time.Second {
 				out, _ := exec.Command("ps", "-eo", "pid,ppid,stat,etime,args").Output()
@@ -346,9 +370,9 @@ func TestRemoteConnectionDropped(t *testing.T) {
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		for len(nsHolders(namespaces)) > 0 {
+		for len(nsHolders(namespaces, cutTicks)) > 0 {
 			if time.Since(cutAt) > 5*time.Second {
-				t.Fatalf("5s after the connection %s, the run's namespaces %v are still held:\n%s", how, namespaces, strings.Join(nsHolders(namespaces), "\n"))
+				t.Fatalf("5s after the connection %s, the run's namespaces %v are still held:\n%s", how, namespaces, strings.Join(nsHolders(namespaces, cutTicks), "\n"))
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
