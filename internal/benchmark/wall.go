@@ -81,12 +81,20 @@ func (c *WallConfig) defaults() {
 }
 
 // StartupResult is the wall-clock time, from exec to exit, of one command
-// that does nothing (`true`) run bare or inside a sandbox.
+// that does nothing (`true`) run bare or inside a sandbox, and what the
+// kernel counted of it and of every process it waited for: the processor
+// time they took (user and system), their page faults and the times they
+// gave up the processor. On a machine of few cores a start-up is bounded
+// by the processor time its processes take as much as by what they wait
+// for, so the two are read side by side.
 type StartupResult struct {
-	Name    string
-	Command string
-	Samples []time.Duration // sorted; empty when the command could not run
-	Err     string          // why it was not measured
+	Name     string
+	Command  string
+	Samples  []time.Duration // sorted; empty when the command could not run
+	CPU      []time.Duration // user + system, sorted
+	Faults   []int64         // minor page faults, sorted
+	Switches []int64         // voluntary context switches, sorted
+	Err      string          // why it was not measured
 }
 
 // Mean of the samples.
@@ -106,6 +114,17 @@ func (s StartupResult) P50() time.Duration { return percentile(s.Samples, 0.50) 
 
 // P90 of the samples.
 func (s StartupResult) P90() time.Duration { return percentile(s.Samples, 0.90) }
+
+// CPUP50 is the median processor time of a run.
+func (s StartupResult) CPUP50() time.Duration { return percentile(s.CPU, 0.50) }
+
+// countP50 is the median of sorted counts, taken as percentile takes it.
+func countP50(sorted []int64) int64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[(len(sorted)-1)/2]
+}
 
 // WallPath is what was measured on one network path to the upstream host.
 type WallPath struct {
@@ -341,7 +360,7 @@ func measureStartups(ctx context.Context, dir string, cmds []startCmd, n int) []
 			res[i].Err = fmt.Sprintf("%s not found: %v", c.argv[0], err)
 			continue
 		}
-		if _, out, err := timeCommand(ctx, dir, c); err != nil {
+		if _, out, err := timeCommand(ctx, dir, c, nil); err != nil {
 			res[i].Err = fmt.Sprintf("%s failed here: %v: %s", res[i].Command, err, lastLines(out, 3))
 			continue
 		}
@@ -352,7 +371,8 @@ func measureStartups(ctx context.Context, dir string, cmds []startCmd, n int) []
 			if !live[i] || ctx.Err() != nil {
 				continue
 			}
-			d, out, err := timeCommand(ctx, dir, c)
+			var ru syscall.Rusage
+			d, out, err := timeCommand(ctx, dir, c, &ru)
 			if err != nil {
 				res[i].Err = fmt.Sprintf("%s failed on run %d: %v: %s", res[i].Command, round+3, err, lastLines(out, 3))
 				res[i].Samples = nil
@@ -360,18 +380,31 @@ func measureStartups(ctx context.Context, dir string, cmds []startCmd, n int) []
 				continue
 			}
 			if round >= 0 {
-				res[i].Samples = append(res[i].Samples, d)
+				r := &res[i]
+				r.Samples = append(r.Samples, d)
+				r.CPU = append(r.CPU, time.Duration(ru.Utime.Nano()+ru.Stime.Nano()))
+				r.Faults = append(r.Faults, ru.Minflt)
+				r.Switches = append(r.Switches, ru.Nvcsw)
 			}
 		}
 	}
 	for i := range res {
-		slices.Sort(res[i].Samples)
+		r := &res[i]
+		if r.Samples == nil {
+			r.CPU, r.Faults, r.Switches = nil, nil, nil
+		}
+		slices.Sort(r.Samples)
+		slices.Sort(r.CPU)
+		slices.Sort(r.Faults)
+		slices.Sort(r.Switches)
 	}
 	return res
 }
 
-// timeCommand runs c with no input and returns the time from start to exit.
-func timeCommand(ctx context.Context, dir string, c startCmd) (time.Duration, string, error) {
+// timeCommand runs c with no input and returns the time from start to exit;
+// ru, if not nil, gets what the kernel counted of it and of the processes it
+// waited for.
+func timeCommand(ctx context.Context, dir string, c startCmd, ru *syscall.Rusage) (time.Duration, string, error) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(cctx, c.argv[0], c.argv[1:]...)
@@ -388,7 +421,13 @@ func timeCommand(ctx context.Context, dir string, c startCmd) (time.Duration, st
 	cmd.WaitDelay = 5 * time.Second
 	start := time.Now()
 	err := cmd.Run()
-	return time.Since(start), out.String(), err
+	d := time.Since(start)
+	if ru != nil && cmd.ProcessState != nil {
+		if u, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			*ru = *u
+		}
+	}
+	return d, out.String(), err
 }
 
 // installSRT installs SRTPackage under cache with npm, unless it is there, and

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,6 +100,12 @@ func TestRunWallSmall(t *testing.T) {
 	if b, p := rep.startup(startBareUser), rep.startup(startPosternUser); len(p.Samples) > 0 && p.P50() <= b.P50() {
 		t.Errorf("postern run -- true as uid %d (%v) no slower than bare true (%v)", benchUID, p.P50(), b.P50())
 	}
+	// The kernel counts the init and the command with postern, since
+	// postern waits for them: more processor time and more page faults
+	// than one exec of true.
+	if b, p := rep.startup(startBare), rep.startup(startPostern); len(p.CPU) != 3 || p.CPUP50() <= b.CPUP50() || countP50(p.Faults) <= countP50(b.Faults) {
+		t.Errorf("postern run -- true: cpu %v, faults %v; bare true: cpu %v, faults %v", p.CPU, p.Faults, b.CPU, b.Faults)
+	}
 	if len(rep.Paths) != 2 {
 		t.Fatalf("paths: %+v", rep.Paths)
 	}
@@ -107,7 +114,7 @@ func TestRunWallSmall(t *testing.T) {
 			t.Errorf("path %s: %+v", p.Name, p)
 		}
 	}
-	for _, want := range []string{"### Start-up", "`postern run -- true`", "`postern run -- true (uid 65534)` over `true (uid 65534)`", "through the wall (postern run)", "### The wall against its goals"} {
+	for _, want := range []string{"### Start-up", "`postern run -- true`", "`postern run -- true (uid 65534)` over `true (uid 65534)`", "through the wall (postern run)", "### Start-up: processor time", "### The wall against its goals"} {
 		if !strings.Contains(md.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, md.String())
 		}
@@ -124,11 +131,19 @@ func TestMeasureStartupsSaysWhyACommandWasNotMeasured(t *testing.T) {
 	if len(res[0].Samples) != 4 || res[0].Err != "" {
 		t.Errorf("ok: %+v", res[0])
 	}
+	// What the kernel counted of each run: a process that ran took some
+	// processor time and faulted its first pages in.
+	if len(res[0].CPU) != 4 || res[0].CPU[0] <= 0 || len(res[0].Faults) != 4 || res[0].Faults[0] <= 0 || len(res[0].Switches) != 4 {
+		t.Errorf("ok: cpu %v, faults %v, switches %v", res[0].CPU, res[0].Faults, res[0].Switches)
+	}
+	if !slices.IsSorted(res[0].CPU) || !slices.IsSorted(res[0].Faults) || !slices.IsSorted(res[0].Switches) {
+		t.Errorf("counts not sorted: %v %v %v", res[0].CPU, res[0].Faults, res[0].Switches)
+	}
 	for i, want := range []string{"", "it broke", "not found", "npm not found"} {
 		if i == 0 {
 			continue
 		}
-		if len(res[i].Samples) != 0 || !strings.Contains(res[i].Err, want) {
+		if len(res[i].Samples) != 0 || len(res[i].CPU) != 0 || !strings.Contains(res[i].Err, want) {
 			t.Errorf("%s: err %q, %d samples; want %q", res[i].Name, res[i].Err, len(res[i].Samples), want)
 		}
 	}
@@ -150,8 +165,9 @@ func TestWallMarkdownGoals(t *testing.T) {
 	rep := &WallReport{
 		Config: WallConfig{Startups: 3, BulkBytes: 1 << 20, BulkRuns: 1, SetupSamples: 10},
 		Startup: []StartupResult{
-			{Name: startBare, Command: "true", Samples: ms(1, 1, 1)},
-			{Name: startPostern, Command: "postern run -- true", Samples: ms(30, 31, 40)},
+			{Name: startBare, Command: "true", Samples: ms(1, 1, 1), CPU: ms(0.5, 0.5, 0.6), Faults: []int64{100, 100, 110}, Switches: []int64{1, 1, 2}},
+			{Name: startBwrap, Command: "bwrap --unshare-net --ro-bind / / true", Samples: ms(4, 4, 5), CPU: ms(3, 3, 3), Faults: []int64{200, 210, 220}, Switches: []int64{10, 12, 14}},
+			{Name: startPostern, Command: "postern run -- true", Samples: ms(30, 31, 40), CPU: ms(36, 37, 50), Faults: []int64{1100, 1200, 1300}, Switches: []int64{200, 250, 300}},
 			{Name: startSRT, Command: "srt -c true", Samples: ms(600, 620, 700)},
 		},
 		Paths: []WallPath{
@@ -167,6 +183,8 @@ func TestWallMarkdownGoals(t *testing.T) {
 		"| `postern run -- true` | 3 | 33.7 | 31.0 | 31.0 | 30.0 | 1.00× |",
 		"| `srt -c true` | 3 | 640.0 | 620.0 | 620.0 | 619.0 | 20.00× |",
 		"| wall | 1000 | 0.50× | 700 | 900 | +500 | 3.50× |",
+		"| `postern run -- true` | 37.0 | 36.5 | 12.33× | 1.19 | 1200 | 250 |",
+		"| `bwrap --unshare-net --ro-bind / / true` | 3.0 | 2.5 | 1.00× | 0.75 | 210 | 12 |",
 		"| 30.0 ms | **no** |",
 		"| 20.0× | yes |",
 	} {
@@ -174,8 +192,8 @@ func TestWallMarkdownGoals(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, b.String())
 		}
 	}
-	rep.Startup[1].Samples = ms(60, 60, 60)
-	rep.Startup[2] = StartupResult{Name: startSRT, Command: "srt -c true", Err: "npm install failed"}
+	rep.Startup[2].Samples = ms(60, 60, 60)
+	rep.Startup[3] = StartupResult{Name: startSRT, Command: "srt -c true", Err: "npm install failed"}
 	b.Reset()
 	rep.Markdown(&b)
 	for _, want := range []string{"| 59.0 ms | **no** |", "not measured", "- `srt -c true`: npm install failed"} {
@@ -183,7 +201,7 @@ func TestWallMarkdownGoals(t *testing.T) {
 			t.Errorf("failing report lacks %q:\n%s", want, b.String())
 		}
 	}
-	rep.Startup[1].Samples = ms(9, 9, 9)
+	rep.Startup[2].Samples = ms(9, 9, 9)
 	b.Reset()
 	rep.Markdown(&b)
 	if want := "| `postern run -- true` over bare `true` (p50) | ≤ 10.0 ms | 8.0 ms | yes |"; !strings.Contains(b.String(), want) {

@@ -46,6 +46,34 @@ func (r *WallReport) Markdown(w io.Writer) error {
 		fmt.Fprintf(&b, "| `%s` | %d | %s | %s | %s | %s | %s |\n", s.Command, len(s.Samples), ms(s.Mean()), ms(s.P50()), ms(s.P90()), over, per)
 	}
 
+	// What each start-up cost the machine's processors, beside its time:
+	// where the cores are few, processor time of two processes at once is
+	// time on the clock.
+	b.WriteString("\n### Start-up: processor time, of the command and every process it waited for\n\n")
+	b.WriteString("| command | cpu p50 ms | cpu over bare ms | cpu ÷ bwrap | cores busy (cpu ÷ time, p50) | page faults p50 | context switches p50 |\n|---|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.Startup {
+		if len(s.CPU) == 0 {
+			fmt.Fprintf(&b, "| `%s` | – | – | – | – | – | – |\n", s.Command)
+			continue
+		}
+		base, bw := r.startup(baseOf(s.Name)), r.startup(startBwrap)
+		if baseOf(s.Name) == startBareUser {
+			bw = r.startup(startBwrapUser)
+		}
+		over, per := "–", "–"
+		if base != nil && len(base.CPU) > 0 {
+			over = ms(s.CPUP50() - base.CPUP50())
+		}
+		if bw != nil && len(bw.CPU) > 0 && bw.CPUP50() > 0 {
+			per = fmt.Sprintf("%.2f×", float64(s.CPUP50())/float64(bw.CPUP50()))
+		}
+		busy := "–"
+		if s.P50() > 0 {
+			busy = fmt.Sprintf("%.2f", float64(s.CPUP50())/float64(s.P50()))
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %d | %d |\n", s.Command, ms(s.CPUP50()), over, per, busy, countP50(s.Faults), countP50(s.Switches))
+	}
+
 	if len(r.Paths) > 0 {
 		d := r.Paths[0]
 		b.WriteString("\n### Through the wall against a plain network namespace (same client, same upstream host)\n\n")
