@@ -128,6 +128,15 @@ func (r *WallReport) Markdown(w io.Writer) error {
 	if len(errs) > 0 {
 		b.WriteString("\n### Not measured\n\n" + strings.Join(errs, "\n") + "\n")
 	}
+	var retried []string
+	for _, s := range r.Startup {
+		if s.FirstTries != "" {
+			retried = append(retried, fmt.Sprintf("- `%s`: %s", s.Command, s.FirstTries))
+		}
+	}
+	if len(retried) > 0 {
+		b.WriteString("\n### Measured after a failed first start\n\n" + strings.Join(retried, "\n") + "\n")
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }
