@@ -446,7 +446,10 @@ func recordPackets(t *testing.T, pc net.PacketConn, what string, log *packetLog)
 // listenICMP opens a raw ICMP socket inside h's network namespace, which sees
 // every echo request that reaches h. The thread that entered the namespace is
 // thrown away.
-func listenICMP(h *testhosts.Host) (net.PacketConn, error) {
+func listenICMP(h *testhosts.Host) (net.PacketConn, error) { return listenICMPAt(h, h.Addr) }
+
+// listenICMPAt is listenICMP for echo requests to addr, an address h holds.
+func listenICMPAt(h *testhosts.Host, addr netip.Addr) (net.PacketConn, error) {
 	type res struct {
 		pc  net.PacketConn
 		err error
@@ -465,7 +468,7 @@ func listenICMP(h *testhosts.Host) (net.PacketConn, error) {
 			c <- res{err: fmt.Errorf("enter netns %s: %w", h.NetNS, err)}
 			return
 		}
-		pc, err := net.ListenPacket("ip4:icmp", h.Addr.String())
+		pc, err := net.ListenPacket("ip4:icmp", addr.String())
 		c <- res{pc, err}
 	}()
 	r := <-c
@@ -479,6 +482,38 @@ func pingFromHost(a netip.Addr, payload string) error {
 	if err != nil {
 		return err
 	}
+	return sendEcho(c, payload)
+}
+
+// pingFrom is pingFromHost from inside h's network namespace, on a thread
+// thrown away after.
+func pingFrom(h *testhosts.Host, a netip.Addr, payload string) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// No UnlockOSThread: the thread ends with the goroutine, namespace and all.
+		ns, err := netns.GetFromName(h.NetNS)
+		if err != nil {
+			errc <- fmt.Errorf("open netns %s: %w", h.NetNS, err)
+			return
+		}
+		defer ns.Close()
+		if err := netns.Set(ns); err != nil {
+			errc <- fmt.Errorf("enter netns %s: %w", h.NetNS, err)
+			return
+		}
+		c, err := net.Dial("ip4:icmp", a.String())
+		if err != nil {
+			errc <- err
+			return
+		}
+		errc <- sendEcho(c, payload)
+	}()
+	return <-errc
+}
+
+// sendEcho writes one ICMP echo request carrying payload on c, and closes it.
+func sendEcho(c net.Conn, payload string) error {
 	defer c.Close()
 	b := append([]byte{8, 0, 0, 0, 0x12, 0x34, 0, 1}, payload...)
 	var sum uint32
@@ -492,7 +527,7 @@ func pingFromHost(a netip.Addr, payload string) error {
 	sum += sum >> 16
 	cs := ^uint16(sum)
 	b[2], b[3] = byte(cs>>8), byte(cs)
-	_, err = c.Write(b)
+	_, err := c.Write(b)
 	return err
 }
 

@@ -30,6 +30,12 @@ type RecordingDNS struct {
 // TCP then share the number). Keys are names with or without the trailing dot,
 // any case.
 func (h *Host) ServeDNS(port int, answers map[string][]netip.Addr) (*RecordingDNS, error) {
+	return h.ServeDNSAt(h.Addr, port, answers)
+}
+
+// ServeDNSAt is ServeDNS on addr, an address the host holds (its own, or one
+// on a link).
+func (h *Host) ServeDNSAt(addr netip.Addr, port int, answers map[string][]netip.Addr) (*RecordingDNS, error) {
 	r := &RecordingDNS{answers: map[string][]netip.Addr{}}
 	for name, addrs := range answers {
 		r.answers[canonicalName(name)] = append([]netip.Addr(nil), addrs...)
@@ -43,11 +49,11 @@ func (h *Host) ServeDNS(port int, answers map[string][]netip.Addr) (*RecordingDN
 	// With port 0 the UDP port is chosen first and TCP asked for the same one;
 	// retry a few times in case another process holds it.
 	for try := 0; try < 8; try++ {
-		pc, err = h.ListenPacket(ctx, port)
+		pc, err = h.ListenPacketAt(ctx, addr, port)
 		if err != nil {
 			return nil, err
 		}
-		ln, err = h.Listen(ctx, int(addrPortOf(pc.LocalAddr()).Port()))
+		ln, err = h.ListenAt(ctx, addr, int(addrPortOf(pc.LocalAddr()).Port()))
 		if err == nil {
 			break
 		}

@@ -145,28 +145,39 @@ func (h *Host) inNS(fn func() error) error {
 
 // Listen opens a TCP listener on the host's address. port 0 picks a free one.
 func (h *Host) Listen(ctx context.Context, port int) (net.Listener, error) {
+	return h.ListenAt(ctx, h.Addr, port)
+}
+
+// ListenAt opens a TCP listener on addr, an address the host holds (its own,
+// or one on a link).
+func (h *Host) ListenAt(ctx context.Context, addr netip.Addr, port int) (net.Listener, error) {
 	var ln net.Listener
 	err := h.inNS(func() error {
 		var err error
-		ln, err = (&net.ListenConfig{}).Listen(ctx, "tcp4", netip.AddrPortFrom(h.Addr, uint16(port)).String())
+		ln, err = (&net.ListenConfig{}).Listen(ctx, "tcp4", netip.AddrPortFrom(addr, uint16(port)).String())
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s port %d: %w", h.Name, port, err)
+		return nil, fmt.Errorf("listen on %s at %s port %d: %w", h.Name, addr, port, err)
 	}
 	return ln, nil
 }
 
 // ListenPacket opens a UDP socket on the host's address.
 func (h *Host) ListenPacket(ctx context.Context, port int) (net.PacketConn, error) {
+	return h.ListenPacketAt(ctx, h.Addr, port)
+}
+
+// ListenPacketAt opens a UDP socket on addr, an address the host holds.
+func (h *Host) ListenPacketAt(ctx context.Context, addr netip.Addr, port int) (net.PacketConn, error) {
 	var pc net.PacketConn
 	err := h.inNS(func() error {
 		var err error
-		pc, err = (&net.ListenConfig{}).ListenPacket(ctx, "udp4", netip.AddrPortFrom(h.Addr, uint16(port)).String())
+		pc, err = (&net.ListenConfig{}).ListenPacket(ctx, "udp4", netip.AddrPortFrom(addr, uint16(port)).String())
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listen udp on %s port %d: %w", h.Name, port, err)
+		return nil, fmt.Errorf("listen udp on %s at %s port %d: %w", h.Name, addr, port, err)
 	}
 	return pc, nil
 }
