@@ -32,10 +32,7 @@ func (r *WallReport) Markdown(w io.Writer) error {
 			continue
 		}
 		// Each lane against its own bare `true` and its own postern.
-		base, lanePst := r.startup(baseOf(s.Name)), pst
-		if baseOf(s.Name) == startBareUser {
-			lanePst = r.startup(startPosternUser)
-		}
+		base, lanePst := r.startup(baseOf(s.Name)), r.inLane(s, startPostern, startPosternUser)
 		over, per := "–", "–"
 		if base != nil && len(base.Samples) > 0 {
 			over = ms(s.P50() - base.P50())
@@ -56,10 +53,7 @@ func (r *WallReport) Markdown(w io.Writer) error {
 			fmt.Fprintf(&b, "| `%s` | – | – | – | – | – | – |\n", s.Command)
 			continue
 		}
-		base, bw := r.startup(baseOf(s.Name)), r.startup(startBwrap)
-		if baseOf(s.Name) == startBareUser {
-			bw = r.startup(startBwrapUser)
-		}
+		base, bw := r.startup(baseOf(s.Name)), r.inLane(s, startBwrap, startBwrapUser)
 		over, per := "–", "–"
 		if base != nil && len(base.CPU) > 0 {
 			over = ms(s.CPUP50() - base.CPUP50())
@@ -139,6 +133,15 @@ func (r *WallReport) Markdown(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// inLane is the start-up named root, or user for a start-up of the
+// unprivileged user's lane: s's own lane's row to compare it with.
+func (r *WallReport) inLane(s StartupResult, root, user string) *StartupResult {
+	if baseOf(s.Name) == startBareUser {
+		return r.startup(user)
+	}
+	return r.startup(root)
 }
 
 func (r *WallReport) startup(name string) *StartupResult {
