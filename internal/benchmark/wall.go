@@ -382,7 +382,7 @@ func measureStartups(ctx context.Context, dir string, cmds []startCmd, n int) []
 		}
 		switch {
 		case !live[i]:
-			res[i].Err = fmt.Sprintf("%s failed here, %d times; the first: %s", res[i].Command, len(failed), failed[0])
+			res[i].Err = fmt.Sprintf("%s failed %d times; the first: %s", res[i].Command, len(failed), failed[0])
 		case len(failed) > 0:
 			res[i].FirstTries = fmt.Sprintf("its first %d start(s) failed, then one worked; the first: %s", len(failed), failed[0])
 		}
