@@ -19,7 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,8 +26,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/vishvananda/netns"
 
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/testhosts"
@@ -444,35 +441,18 @@ func recordPackets(t *testing.T, pc net.PacketConn, what string, log *packetLog)
 }
 
 // listenICMP opens a raw ICMP socket inside h's network namespace, which sees
-// every echo request that reaches h. The thread that entered the namespace is
-// thrown away.
+// every echo request that reaches h.
 func listenICMP(h *testhosts.Host) (net.PacketConn, error) { return listenICMPAt(h, h.Addr) }
 
 // listenICMPAt is listenICMP for echo requests to addr, an address h holds.
 func listenICMPAt(h *testhosts.Host, addr netip.Addr) (net.PacketConn, error) {
-	type res struct {
-		pc  net.PacketConn
-		err error
-	}
-	c := make(chan res, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: the thread ends with the goroutine, namespace and all.
-		ns, err := netns.GetFromName(h.NetNS)
-		if err != nil {
-			c <- res{err: fmt.Errorf("open netns %s: %w", h.NetNS, err)}
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			c <- res{err: fmt.Errorf("enter netns %s: %w", h.NetNS, err)}
-			return
-		}
-		pc, err := net.ListenPacket("ip4:icmp", addr.String())
-		c <- res{pc, err}
-	}()
-	r := <-c
-	return r.pc, r.err
+	var pc net.PacketConn
+	err := h.InNS(func() error {
+		var err error
+		pc, err = net.ListenPacket("ip4:icmp", addr.String())
+		return err
+	})
+	return pc, err
 }
 
 // pingFromHost sends one ICMP echo request from the test's own namespace to a,
@@ -485,31 +465,15 @@ func pingFromHost(a netip.Addr, payload string) error {
 	return sendEcho(c, payload)
 }
 
-// pingFrom is pingFromHost from inside h's network namespace, on a thread
-// thrown away after.
+// pingFrom is pingFromHost from inside h's network namespace.
 func pingFrom(h *testhosts.Host, a netip.Addr, payload string) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// No UnlockOSThread: the thread ends with the goroutine, namespace and all.
-		ns, err := netns.GetFromName(h.NetNS)
-		if err != nil {
-			errc <- fmt.Errorf("open netns %s: %w", h.NetNS, err)
-			return
-		}
-		defer ns.Close()
-		if err := netns.Set(ns); err != nil {
-			errc <- fmt.Errorf("enter netns %s: %w", h.NetNS, err)
-			return
-		}
+	return h.InNS(func() error {
 		c, err := net.Dial("ip4:icmp", a.String())
 		if err != nil {
-			errc <- err
-			return
+			return err
 		}
-		errc <- sendEcho(c, payload)
-	}()
-	return <-errc
+		return sendEcho(c, payload)
+	})
 }
 
 // sendEcho writes one ICMP echo request carrying payload on c, and closes it.

@@ -396,7 +396,7 @@ func measureStartups(ctx context.Context, dir string, cmds []startCmd, n int) []
 			d, out, err := timeCommand(ctx, dir, c, &ru)
 			if err != nil {
 				res[i].Err = fmt.Sprintf("%s failed on run %d: %v: %s", res[i].Command, round+3, err, lastLines(out, 3))
-				res[i].Samples = nil
+				res[i].Samples, res[i].CPU, res[i].Faults, res[i].Switches = nil, nil, nil, nil
 				live[i] = false
 				continue
 			}
@@ -411,9 +411,6 @@ func measureStartups(ctx context.Context, dir string, cmds []startCmd, n int) []
 	}
 	for i := range res {
 		r := &res[i]
-		if r.Samples == nil {
-			r.CPU, r.Faults, r.Switches = nil, nil, nil
-		}
 		slices.Sort(r.Samples)
 		slices.Sort(r.CPU)
 		slices.Sort(r.Faults)

@@ -132,6 +132,11 @@ func onFreshThread(fn func() error) error {
 	return <-errc
 }
 
+// InNS runs fn on a thread of its own inside the host's network namespace,
+// thrown away after. Sockets fn opens belong to the host's network for their
+// whole life.
+func (h *Host) InNS(fn func() error) error { return h.inNS(fn) }
+
 // inNS runs fn with the calling thread inside the host's namespace. Sockets fn
 // opens belong to the host's network for their whole life.
 func (h *Host) inNS(fn func() error) error {
