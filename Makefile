@@ -13,13 +13,29 @@ all: build
 # wall's init, an executable of its own built without the host side (the tag), is
 # attached after its last byte: each walled run starts that rather than all of
 # postern. A binary without it re-executes itself.
+#
+# Where postern holds the init's capabilities (root), it sets a run's wall up
+# itself and starts a small static C program as the run's pid 1 instead of the
+# Go init (carry/netwall/fast_linux.go). It is built with $(PID1_CC) when that
+# compiles for the target's architecture, and attached to the Go init's image
+# in turn; a build without it runs every wall with the Go init.
 WALLINIT = CGO_ENABLED=0 $(GO) build -tags postern_wallinit -trimpath -ldflags '-s -w'
 ATTACH   = $(GO) run ./internal/wallimage/cmd/attach
+# musl where it is installed (musl-tools): its static binaries start in a third
+# of the time glibc's take (0.13 against 0.40 ms to start and exit, measured).
+PID1_CC ?= $(shell command -v musl-gcc 2>/dev/null || echo cc)
+PID1CC   = $(PID1_CC) -static -Os -s -Wall -Wextra -Werror -o
+PID1SRC  = carry/netwall/pid1c/pid1.c
+# pid1_for ARCH OUT: build the small pid 1 for ARCH at OUT where this C compiler targets it.
+pid1_for = case "$(1):$$($(PID1_CC) -dumpmachine 2>/dev/null)" in \
+	  amd64:x86_64-*|arm64:aarch64-*) $(PID1CC) $(2) $(PID1SRC) || exit 1 ;; \
+	  *) echo "no C compiler for linux/$(1): its walls start the Go init"; false ;; esac
 build: agents
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/postern ./cmd/postern
 	@if [ "$$($(GO) env GOOS)" = linux ]; then \
 	  $(WALLINIT) -o $(BIN)/.postern-wall ./cmd/postern-wall && \
-	  $(ATTACH) $(BIN)/postern $(BIN)/.postern-wall && rm -f $(BIN)/.postern-wall; \
+	  { ! { $(call pid1_for,$$($(GO) env GOARCH),$(BIN)/.postern-pid1); } || $(ATTACH) $(BIN)/.postern-wall $(BIN)/.postern-pid1; } && \
+	  $(ATTACH) $(BIN)/postern $(BIN)/.postern-wall && rm -f $(BIN)/.postern-wall $(BIN)/.postern-pid1; \
 	fi
 
 # Manual pages, one per command, made from the commands themselves.
@@ -42,6 +58,9 @@ agents:
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/agents/postern-$$os-$$arch ./cmd/postern || exit 1; \
 	  if [ $$os = linux ]; then \
 	    GOOS=$$os GOARCH=$$arch $(WALLINIT) -o $(BIN)/agents/.postern-wall-$$arch ./cmd/postern-wall && \
+	    { ! { $(call pid1_for,$$arch,$(BIN)/agents/.postern-pid1-$$arch); } || \
+	      $(ATTACH) $(BIN)/agents/.postern-wall-$$arch $(BIN)/agents/.postern-pid1-$$arch; } && \
+	    rm -f $(BIN)/agents/.postern-pid1-$$arch && \
 	    $(ATTACH) $(BIN)/agents/postern-$$os-$$arch $(BIN)/agents/.postern-wall-$$arch && \
 	    rm -f $(BIN)/agents/.postern-wall-$$arch || exit 1; \
 	  fi; \

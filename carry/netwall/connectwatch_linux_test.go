@@ -121,9 +121,8 @@ func TestWallHandsLandlockRefusalsToTheDoor(t *testing.T) {
 		}
 		t.Skipf("Landlock has no network rules here (%s): it refuses no connect to watch", LandlockStatus(nil))
 	}
-	// The exec stage execs this test binary, as /proc/self/exe: its path
-	// under /tmp is not there inside the wall.
-	self := "/proc/self/exe"
+	// This test binary, where the run can execute it (see runTests).
+	self := testExe
 	env := append(os.Environ(), LandlockConnectEnv([]uint16{443}))
 	var got []netip.AddrPort
 	r := runSpec(t, Spec{Command: []string{self, testDialArg, "tcp", "192.0.2.1:8081"}, Ports: []uint16{443}, Env: env}, func(w *Wall) {

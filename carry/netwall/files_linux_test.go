@@ -311,7 +311,7 @@ func TestWallFiles(t *testing.T) {
 
 	t.Run("no-setuid-or-setgid-file", func(t *testing.T) {
 		work := t.TempDir()
-		r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testSetIDArg, work}, Dir: work}, nil)
+		r := runSpec(t, Spec{Command: []string{testExe, testSetIDArg, work}, Dir: work}, nil)
 		tools := runSpec(t, Spec{Command: []string{"sh", "-c", `
 			cp /bin/sh ./s && chmod 4755 ./s; echo "chmod-tool=$?"
 			chmod u+s,g+s ./s; echo "chmod-symbolic=$?"
@@ -469,7 +469,7 @@ func TestWallFiles(t *testing.T) {
 		// inside with builtins only, since forking fails at the limit.
 		const limit = 40
 		var holder, cgroupDir string
-		r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testForkArg, "100"}, PidsLimit: limit}, func(w *Wall) {
+		r := runSpec(t, Spec{Command: []string{testExe, testForkArg, "100"}, PidsLimit: limit}, func(w *Wall) {
 			holder = w.PidsLimit()
 			if w.pids != nil {
 				cgroupDir = w.pids.dir
@@ -503,7 +503,7 @@ func TestWallFiles(t *testing.T) {
 		usesPidMax := pidMaxUsedHere(t, limit)
 		var holder string
 		var hadCgroup bool
-		r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testForkArg, "1500"}, PidsLimit: limit}, func(w *Wall) {
+		r := runSpec(t, Spec{Command: []string{testExe, testForkArg, "1500"}, PidsLimit: limit}, func(w *Wall) {
 			holder = w.PidsLimit()
 			hadCgroup = w.pids != nil
 		})
@@ -529,7 +529,7 @@ func TestWallFiles(t *testing.T) {
 		if !pidMaxUsedHere(t, limit) {
 			t.Skip("the run's pid_max does not hold it here")
 		}
-		r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testWrapArg, "1500", "1300"}, PidsLimit: limit}, nil)
+		r := runSpec(t, Spec{Command: []string{testExe, testWrapArg, "1500", "1300"}, PidsLimit: limit}, nil)
 		var started, procs int
 		if _, err := fmt.Sscanf(r.stdout, "started=%d procs=%d", &started, &procs); err != nil || r.code != 0 {
 			t.Fatalf("exit %d, %q: %v", r.code, r.stdout, err)
@@ -569,7 +569,7 @@ func TestPidMaxRefusedFallsBackToACgroup(t *testing.T) {
 	defer func(f func(int) int) { pidMaxFor = f }(pidMaxFor)
 	pidMaxFor = func(int) int { return 1 } // below the kernel's least, 301
 	var holder, cgroupDir string
-	r := runSpec(t, Spec{Command: []string{"/proc/self/exe", testForkArg, "1200"}, PidsLimit: limit}, func(w *Wall) {
+	r := runSpec(t, Spec{Command: []string{testExe, testForkArg, "1200"}, PidsLimit: limit}, func(w *Wall) {
 		holder = w.PidsLimit()
 		if w.pids != nil {
 			cgroupDir = w.pids.dir

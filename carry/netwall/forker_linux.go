@@ -153,10 +153,16 @@ func boundToInitCaps() error {
 	return nil
 }
 
-// run runs fn on the thread and waits for it.
-func (f *forker) run(fn func()) {
-	f.do <- fn
-	<-f.did
+// run runs fn on the thread and waits for it; it says false, having run
+// nothing, once the thread is released.
+func (f *forker) run(fn func()) bool {
+	select {
+	case f.do <- fn:
+		<-f.did
+		return true
+	case <-f.gone:
+		return false
+	}
 }
 
 // release lets the thread end; once is enough, more do nothing.

@@ -293,7 +293,7 @@ func startNetwork(plan netPlan) <-chan network {
 // afterMounts is called once the mounts are made, while the network may
 // still be set up.
 func setup(cfg initConfig, netDone <-chan network, afterMounts func()) ([]*os.File, *mounted, *wireError) {
-	view, err := privateMounts(cfg)
+	view, err := privateMounts(cfg, mountProc)
 	afterMounts()
 	n := <-netDone
 	if n.werr != nil {
@@ -543,7 +543,13 @@ var hiddenRoots = []struct {
 // propagates back to the host, /tmp, /run and /dev/shm are empty tmpfs,
 // resolv.conf still resolves, /proc shows only the run, the host is sealed
 // read-only and the run's places are laid over it.
-func privateMounts(cfg initConfig) (*mounted, error) {
+//
+// proc mounts the run's /proc. It comes after every mount that names a
+// descriptor as /proc/self/fd/N, which must still mean the caller's: where
+// the caller is not in the run's pid namespace (a thread of postern's, see
+// fast_linux.go), the run's /proc has no self for it. The masks, the
+// kernel's files in /proc among them, come after it.
+func privateMounts(cfg initConfig, proc func() error) (*mounted, error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, fmt.Errorf("make / private: %w", err)
 	}
@@ -601,16 +607,19 @@ func privateMounts(cfg initConfig) (*mounted, error) {
 		return nil, err
 	}
 	defer layer.close() // unless detachLayer handed it to view
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		return nil, fmt.Errorf("mount a fresh /proc: %w", err)
-	}
 	if err := ownTerminals(); err != nil {
+		return nil, err
+	}
+	if err := applyLayout(l, held, layer); err != nil {
+		return nil, err
+	}
+	if err := proc(); err != nil {
 		return nil, err
 	}
 	if err := sealKernel(); err != nil {
 		return nil, fmt.Errorf("make the kernel's settings unreachable: %w", err)
 	}
-	if err := applyLayout(l, held, layer); err != nil {
+	if err := applyMasks(l, layer); err != nil {
 		return nil, err
 	}
 	if view.layer, err = detachLayer(layer); err != nil {
@@ -618,6 +627,15 @@ func privateMounts(cfg initConfig) (*mounted, error) {
 	}
 	ok = true
 	return view, nil
+}
+
+// mountProc mounts a /proc of the calling process's pid namespace: the
+// init's, which is the run's pid 1.
+func mountProc() error {
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount a fresh /proc: %w", err)
+	}
+	return nil
 }
 
 func underHiddenRoot(p string) bool {

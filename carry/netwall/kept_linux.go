@@ -55,7 +55,7 @@ func keptInit(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return keep(dir, "/proc/self/exe", img)
+	return keepAs(dir, keptPrefix, "/proc/self/exe", img)
 }
 
 // KeptInit is keptInit for callers outside the wall: the path of this
@@ -65,8 +65,14 @@ func KeptInit(dir string) (string, error) { return keptInit(dir) }
 
 // keep is img of the executable exe, kept in dir (see keptInit).
 func keep(dir, exe string, img wallimage.Image) (string, error) {
+	return keepAs(dir, keptPrefix, exe, img)
+}
+
+// keepAs is keep for the files named prefix and the start of their
+// SHA-256: the Go init's (keptPrefix) or the small pid 1's (pid1Prefix).
+func keepAs(dir, prefix, exe string, img wallimage.Image) (string, error) {
 	sum := hex.EncodeToString(img.Sum[:10])
-	path := filepath.Join(dir, keptPrefix+sum)
+	path := filepath.Join(dir, prefix+sum)
 	var st unix.Stat_t
 	if err := unix.Lstat(path, &st); err == nil && keptAsWritten(&st, img.Size) {
 		return path, nil
@@ -77,7 +83,7 @@ func keep(dir, exe string, img wallimage.Image) (string, error) {
 	if err := writeKept(path, exe, img); err != nil {
 		return "", err
 	}
-	pruneKept(dir, path)
+	pruneKept(dir, prefix, path)
 	return path, nil
 }
 
@@ -88,8 +94,8 @@ const keptBuilds = 3
 // pruneKept removes the inits of earlier builds from dir, the newest
 // keptBuilds (path among them) left. A run of one still going keeps its
 // file until it ends.
-func pruneKept(dir, path string) {
-	paths, err := filepath.Glob(filepath.Join(dir, keptPrefix+"*"))
+func pruneKept(dir, prefix, path string) {
+	paths, err := filepath.Glob(filepath.Join(dir, prefix+"*"))
 	if err != nil || len(paths) <= keptBuilds {
 		return
 	}
@@ -141,7 +147,7 @@ func writeKept(path, exe string, img wallimage.Image) error {
 		return err
 	}
 	defer self.Close()
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+keptPrefix+"*")
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+"-*")
 	if err != nil {
 		return err
 	}

@@ -352,8 +352,9 @@ func (e *overlayError) Error() string {
 func (e *overlayError) Unwrap() error { return e.err }
 
 // applyLayout makes the writable part of the view over the sealed host: the
-// home's overlay, the binds, the git directories, then read-only binds and
-// masks. layer is the private layer's mount point.
+// home's overlay, the binds, the git directories, then read-only binds
+// (applyMasks, after the run's /proc, covers the rest). layer is the private
+// layer's mount point.
 func applyLayout(l layout, c *captured, layer *privateLayer) error {
 	if c.home >= 0 {
 		if err := os.MkdirAll(l.Home, 0o755); err != nil && underHiddenRoot(l.Home) {
@@ -405,6 +406,13 @@ func applyLayout(l layout, c *captured, layer *privateLayer) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// applyMasks covers what the run may not read with the private layer's
+// void: the layout's masks, then the kernel's files (in the run's /proc,
+// which must be mounted first, and under /sys).
+func applyMasks(l layout, layer *privateLayer) error {
 	for _, p := range l.Masks {
 		if err := mask(p, layer, false); err != nil {
 			return err

@@ -154,6 +154,14 @@ func makeCgroup(parent, name string, limit, version int) (*pidsCgroup, error) {
 	return c, nil
 }
 
+// setLimit sets the cgroup's pids.max to limit.
+func (c *pidsCgroup) setLimit(limit int) error {
+	if err := os.WriteFile(filepath.Join(c.dir, "pids.max"), []byte(strconv.Itoa(limit)), 0); err != nil {
+		return fmt.Errorf("set pids.max in %s: %w", c.dir, err)
+	}
+	return nil
+}
+
 // add moves pid (with its threads) into the cgroup.
 func (c *pidsCgroup) add(pid int) error {
 	if err := os.WriteFile(filepath.Join(c.dir, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {

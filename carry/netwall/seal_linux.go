@@ -157,10 +157,11 @@ func remountFlags(f int64) uintptr {
 	return out
 }
 
-// mountPoints lists the mount points of the caller's mount namespace, parents
-// before children.
+// mountPoints lists the mount points of the calling thread's mount namespace,
+// parents before children. The thread's, not the process's: a thread of
+// postern's sets a run up in a mount namespace of its own (fast_linux.go).
 func mountPoints() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	f, err := os.Open("/proc/thread-self/mountinfo")
 	if err != nil {
 		return nil, fmt.Errorf("read mounts: %w", err)
 	}

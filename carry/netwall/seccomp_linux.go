@@ -182,21 +182,9 @@ func applySetIDFilter() error { return installSetIDFilter(unix.SECCOMP_FILTER_FL
 // installSetIDFilter installs the filter with flags: on the calling thread
 // alone with 0, on all of the process's threads with SECCOMP_FILTER_FLAG_TSYNC.
 func installSetIDFilter(flags uintptr) error {
-	abis, err := seccompABIs(runtime.GOARCH)
+	filter, err := setIDProgram()
 	if err != nil {
 		return err
-	}
-	insts, err := setIDFilter(abis)
-	if err != nil {
-		return err
-	}
-	raw, err := bpf.Assemble(insts)
-	if err != nil {
-		return fmt.Errorf("assemble the seccomp filter: %w", err)
-	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
 	}
 	prog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, uintptr(unsafe.Pointer(&prog)))
@@ -205,4 +193,26 @@ func installSetIDFilter(flags uintptr) error {
 		return fmt.Errorf("install the seccomp filter refusing setuid and setgid files: %w", errno)
 	}
 	return nil
+}
+
+// setIDProgram is the filter refusing setuid and setgid files, assembled for
+// this machine's system call ABIs.
+func setIDProgram() ([]unix.SockFilter, error) {
+	abis, err := seccompABIs(runtime.GOARCH)
+	if err != nil {
+		return nil, err
+	}
+	insts, err := setIDFilter(abis)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := bpf.Assemble(insts)
+	if err != nil {
+		return nil, fmt.Errorf("assemble the seccomp filter: %w", err)
+	}
+	filter := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	return filter, nil
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +14,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/postern-dev/postern/internal/testhosts"
 )
 
 // Hidden entry points of the test binary, which Raise re-executes as Self.
@@ -57,7 +60,61 @@ func TestMain(m *testing.M) {
 			os.Exit(testFork(k))
 		}
 	}
-	os.Exit(m.Run())
+	os.Exit(runTests(m))
+}
+
+// testExe is this test binary, at a path a run can execute (see runTests).
+var testExe string
+
+// placeSelf links (or, across filesystems, copies) this test binary into dir,
+// written and closed before anything executes it.
+func placeSelf(dir string) (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, filepath.Base(self))
+	if os.Link(self, dst) == nil {
+		return dst, nil
+	}
+	data, err := os.ReadFile(self)
+	if err != nil {
+		return "", err
+	}
+	return dst, os.WriteFile(dst, data, 0o755)
+}
+
+// runTests runs the package's tests with the small pid 1 built, so that the
+// walls root raises are the ones a build with it raises (see fast_linux.go).
+func runTests(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "netwall-pid1-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	// The test binary where a run sees it: /proc/self/exe, in a run whose
+	// pid 1 is not this binary, is pid 1's own.
+	exeDir, err := os.MkdirTemp("/var/tmp", "netwall-exe-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(exeDir)
+	if testExe, err = placeSelf(exeDir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	switch err := testhosts.BuildPid1(filepath.Join(dir, "pid1")); {
+	case errors.Is(err, testhosts.ErrNoCC):
+		fmt.Fprintln(os.Stderr, "netwall: the walls start the Go init:", err)
+	case err != nil:
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	default:
+		pid1Path = filepath.Join(dir, "pid1")
+	}
+	return m.Run()
 }
 
 // testDial connects to addr and reports the outcome on stdout: "connected",

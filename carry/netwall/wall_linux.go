@@ -129,34 +129,9 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 			logger.Debug("netfilter hooks not held", "err", err)
 		}
 	}
-	lay, err := planLayout(cfg.Dir, cfg.Env, spec.Files)
-	if err != nil {
-		return nil, err
-	}
-	cfg.Layout = lay
 	limit := spec.PidsLimit
 	if limit <= 0 {
 		limit = DefaultPidsLimit
-	}
-	// What holds the run counts the init's spare threads too (see
-	// reserveThreads): they are the init's, not the run's share.
-	held := limit + spareThreads
-	if os.Geteuid() != 0 {
-		// Held by RLIMIT_NPROC too, whatever becomes of the cgroup.
-		cfg.NProc = uint64(held)
-	}
-
-	// Where the run's cgroup is a cgroup v2 one, the init starts in it
-	// (CLONE_INTO_CGROUP); a cgroup v1 one it is moved into beside the
-	// handshake, moving taking milliseconds there (v1 waits for RCU), unless
-	// the run's own pid_max holds it.
-	cg, why := newPidsCgroup(held, false)
-	cgroupFD := -1
-	if cg != nil && cg.version == 2 {
-		if cgroupFD, err = unix.Open(cg.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-			cg.remove()
-			cg, why = nil, err.Error()
-		}
 	}
 	initPath := Self
 	if spec.InitDir != "" {
@@ -166,28 +141,143 @@ func Raise(ctx context.Context, spec Spec) (*Wall, error) {
 			initPath = p
 		}
 	}
-	proc, ctl, fk, err := startInit(initPath, spec, &cfg, cgroupFD)
-	if err != nil && cgroupFD >= 0 {
-		// A kernel before 5.7, or a cgroup this user may not start in.
-		unix.Close(cgroupFD)
-		cgroupFD = -1
-		cg.remove()
-		cg, why = nil, fmt.Sprintf("start in cgroup %s: %v", cg.dir, err)
-		proc, ctl, fk, err = startInit(initPath, spec, &cfg, -1)
+	pid1 := pid1Path
+	if pid1 == "" && initPath != Self {
+		if p, err := keptPid1(spec.InitDir, initPath); err != nil {
+			logger.Warn("wall pid 1: starting the Go init, the small pid 1 could not be kept", "dir", spec.InitDir, "err", err)
+		} else {
+			pid1 = p
+		}
 	}
-	if cgroupFD >= 0 {
-		unix.Close(cgroupFD)
+	// What holds the run counts the init's tasks too: the Go init's spare
+	// threads (see reserveThreads), or the small pid 1 alone. They are the
+	// init's, not the run's share.
+	fast := fastLane(spec, &cfg, pid1)
+	held := limit + spareThreads
+	if fast {
+		held = limit + 1
 	}
-	if err != nil {
-		if cg != nil {
+	if os.Geteuid() != 0 {
+		// Held by RLIMIT_NPROC too, whatever becomes of the cgroup.
+		cfg.NProc = uint64(held)
+	}
+
+	// Where the run's cgroup is a cgroup v2 one, the init starts in it
+	// (CLONE_INTO_CGROUP); a cgroup v1 one it is moved into beside the
+	// handshake, moving taking milliseconds there (v1 waits for RCU), unless
+	// the run's own pid_max holds it.
+	var (
+		cg   *pidsCgroup
+		why  string
+		proc *initProc
+		ctl  *channel
+		fk   *forker
+	)
+	begin := func(planned func() error) error {
+		cg, why = newPidsCgroup(held, false)
+		cgroupFD := -1
+		if cg != nil && cg.version == 2 {
+			var err error
+			if cgroupFD, err = unix.Open(cg.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+				cg.remove()
+				cg, why = nil, err.Error()
+			}
+		}
+		start := func(cgroupFD int) (*initProc, *channel, *forker, error) {
+			if fast {
+				proc, ctl, fk, err := startFast(pid1, spec, &cfg, cgroupFD, planned)
+				if !errors.Is(err, errNoFast) {
+					if err == nil {
+						initPath = pid1
+					}
+					return proc, ctl, fk, err
+				}
+				logger.Debug("wall set up by its Go init", "err", err)
+				// The Go init's threads, not pid 1's one task, beside the run.
+				fast, held = false, limit+spareThreads
+				if cg != nil {
+					if err := cg.setLimit(held); err != nil {
+						logger.Warn("wall pids limit: the Go init's threads count against the run's", "err", err)
+					}
+				}
+			}
+			if err := planned(); err != nil {
+				return nil, nil, nil, err
+			}
+			return startInit(initPath, spec, &cfg, cgroupFD)
+		}
+		var err error
+		proc, ctl, fk, err = start(cgroupFD)
+		if perr := planned(); perr != nil && errors.Is(err, perr) {
+			// Refused before anything is spawned.
+			if cgroupFD >= 0 {
+				unix.Close(cgroupFD)
+			}
+			if cg != nil {
+				cg.remove()
+			}
+			return err
+		}
+		if err != nil && proc != nil {
+			// Started, and gone wrong after: nothing to start again.
+			proc.kill()
+			go proc.wait()
+			if fk != nil {
+				fk.release()
+			}
+		} else if err != nil && cgroupFD >= 0 {
+			// A kernel before 5.7, or a cgroup this user may not start in.
+			unix.Close(cgroupFD)
+			cgroupFD = -1
 			cg.remove()
+			cg, why = nil, fmt.Sprintf("start in cgroup %s: %v", cg.dir, err)
+			proc, ctl, fk, err = start(-1)
 		}
-		var errno syscall.Errno
-		if errors.As(err, &errno) {
-			return nil, &KernelError{Step: StepUserns, Err: err, Remedy: remedy(StepUserns, errno, thisMachine())}
+		if cgroupFD >= 0 {
+			unix.Close(cgroupFD)
 		}
-		return nil, fmt.Errorf("network wall: start init %q: %w", initPath, err)
+		if err != nil {
+			if cg != nil {
+				cg.remove()
+			}
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				return &KernelError{Step: StepUserns, Err: err, Remedy: remedy(StepUserns, errno, thisMachine())}
+			}
+			return fmt.Errorf("network wall: start init %q: %w", initPath, err)
+		}
+		return nil
 	}
+	// Where postern sets the wall up itself, its namespaces and the network
+	// go up on its threads while the run's layout is planned on another:
+	// neither needs the other (the layout reaches the setup with the
+	// configuration). Nothing is spawned before the layout is planned: a
+	// place refused is refused before any process starts (planned says
+	// how the planning went, once it has). The Go init, on one scheduler
+	// thread, gained nothing so (see docs/BENCHMARKS.md), and starts once
+	// the layout is planned.
+	var lay layout
+	var err error
+	if fast {
+		done := make(chan struct{})
+		dir, env, files := cfg.Dir, cfg.Env, spec.Files
+		go func() {
+			defer close(done)
+			lay, err = planLayout(dir, env, files)
+		}()
+		planned := func() error { <-done; return err }
+		if berr := begin(planned); berr != nil {
+			return nil, berr
+		}
+	} else {
+		if lay, err = planLayout(cfg.Dir, cfg.Env, spec.Files); err != nil {
+			return nil, err
+		}
+		if err := begin(func() error { return nil }); err != nil {
+			return nil, err
+		}
+	}
+	cfg.Layout = lay
 	w := &Wall{logger: logger, init: proc, ctl: ctl, forker: fk, exited: make(chan struct{}), endRead: make(chan struct{}), ended: make(chan struct{}), pidsDone: make(chan struct{})}
 	var pidMax chan string
 	if why == pidMaxInstead {
@@ -426,6 +516,7 @@ func (w *Wall) Start(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("network wall: start %q: %w", w.cmdName(), err)
 	}
+
 	go w.readEnding()
 	w.logger.Debug("wall command started", "init_pid", w.Pid(), "pid_in_run", reply.Pid)
 	return nil

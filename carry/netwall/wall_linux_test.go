@@ -287,7 +287,7 @@ func TestWall(t *testing.T) {
 			if addr == "10.1.2.3:443" {
 				ports = nil // 443 is not in this policy
 			}
-			r := runWalled(t, ports, "/proc/self/exe", testDialArg, "tcp", addr)
+			r := runWalled(t, ports, testExe, testDialArg, "tcp", addr)
 			if r.stdout != "refused" && r.stdout != "denied" {
 				t.Errorf("TCP to %s outside the policy: %q, want an immediate refusal", addr, r.stdout)
 			}
@@ -296,7 +296,7 @@ func TestWall(t *testing.T) {
 
 	t.Run("udp-other-port-refused", func(t *testing.T) {
 		for _, addr := range []string{"192.0.2.1:9999", "[2001:db8::1]:123"} {
-			r := runWalled(t, nil, "/proc/self/exe", testDialArg, "udp", addr)
+			r := runWalled(t, nil, testExe, testDialArg, "udp", addr)
 			if r.stdout != "refused" && r.stdout != "denied" {
 				t.Errorf("UDP to %s: %q, want an immediate refusal", addr, r.stdout)
 			}
@@ -440,18 +440,27 @@ func TestWall(t *testing.T) {
 	})
 
 	t.Run("exit-status", func(t *testing.T) {
+		// A file the run sees and may not execute.
+		dir := t.TempDir()
+		noExec := filepath.Join(dir, "not-a-program")
+		if err := os.WriteFile(noExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 		for _, tc := range []struct {
-			argv []string
-			want int
+			argv   []string
+			want   int
+			stderr string // what stderr says, if anything is asked
 		}{
-			{[]string{"sh", "-c", "exit 3"}, 3},
-			{[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15},
-			{[]string{"sh", "-c", "kill -KILL $$"}, 128 + 9},
-			{[]string{"no-such-command-postern"}, 127},
-			{[]string{"true"}, 0},
+			{[]string{"sh", "-c", "exit 3"}, 3, ""},
+			{[]string{"sh", "-c", "kill -TERM $$"}, 128 + 15, ""},
+			{[]string{"sh", "-c", "kill -KILL $$"}, 128 + 9, ""},
+			{[]string{"no-such-command-postern"}, 127, `postern: command not found: "no-such-command-postern" in PATH=`},
+			{[]string{noExec}, 126, "postern: exec " + noExec + ": permission denied"},
+			{[]string{"true"}, 0, ""},
 		} {
-			if r := runWalled(t, nil, tc.argv...); r.code != tc.want {
-				t.Errorf("%q: exit %d, want %d (stderr %q)", tc.argv, r.code, tc.want, r.stderr)
+			r := runSpec(t, Spec{Command: tc.argv, Dir: dir}, nil)
+			if r.code != tc.want || !strings.Contains(r.stderr, tc.stderr) {
+				t.Errorf("%q: exit %d, stderr %q; want %d and %q", tc.argv, r.code, r.stderr, tc.want, tc.stderr)
 			}
 		}
 	})
@@ -593,7 +602,7 @@ func TestWall(t *testing.T) {
 		defer unix.Close(leaked)
 		// The command counts its descriptors without opening one: a shell
 		// listing /proc/$$/fd would see its own pipes and saved redirections.
-		r := runWalled(t, nil, "/proc/self/exe", testFdsArg)
+		r := runWalled(t, nil, testExe, testFdsArg)
 		if r.stdout != "0 1 2" {
 			t.Errorf("the command's descriptors: %q, want 0 1 2", r.stdout)
 		}

@@ -49,3 +49,6 @@ func LandlockStatus(ports []uint16) string { return "none: landlock is Linux onl
 
 // Remedy is only meaningful on Linux.
 func Remedy(step string, err error) string { return "" }
+
+// SetsUpItself: no wall is raised on this operating system.
+func SetsUpItself() bool { return false }

@@ -87,14 +87,14 @@ func TestWallRefusalsRecorded(t *testing.T) {
 	for _, a := range []struct{ network, addr string }{
 		{"tcp", "192.0.2.1:8080"}, {"tcp", "[2001:db8::1]:22"}, {"udp", "192.0.2.1:9999"},
 	} {
-		if got := attempt("/proc/self/exe", testDialArg, a.network, a.addr); got != "refused" && got != "denied" {
+		if got := attempt(testExe, testDialArg, a.network, a.addr); got != "refused" && got != "denied" {
 			t.Errorf("%s to %s from inside the wall: %q, want it refused", a.network, a.addr, got)
 		}
 	}
 	if got := attempt("curl", "-sS", "--max-time", "5", "http://named.test:8080/"); !strings.Contains(got, "Couldn't connect") {
 		t.Errorf("curl to an admitted name on a port outside the policy: %q, want it refused", got)
 	}
-	if got := attempt("/proc/self/exe", testDialArg, "tcp", "192.0.2.1:443"); got != "connected" {
+	if got := attempt(testExe, testDialArg, "tcp", "192.0.2.1:443"); got != "connected" {
 		t.Errorf("tcp to a policy port: %q, want it connected (to the door)", got)
 	}
 

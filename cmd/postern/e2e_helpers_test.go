@@ -77,6 +77,18 @@ func buildAttached(bin string, args ...string) error {
 		}
 	}
 	defer os.Remove(bin + "-wall")
+	// The small pid 1, attached to the init's image as make attaches it.
+	switch err := testhosts.BuildPid1(bin + "-pid1"); {
+	case errors.Is(err, testhosts.ErrNoCC):
+		fmt.Fprintln(os.Stderr, "e2e: the walls start the Go init:", err)
+	case err != nil:
+		return err
+	default:
+		defer os.Remove(bin + "-pid1")
+		if err := wallimage.Attach(bin+"-wall", bin+"-pid1"); err != nil {
+			return err
+		}
+	}
 	return wallimage.Attach(bin, bin+"-wall")
 }
 

@@ -4,6 +4,10 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"sync"
+	"time"
+
+	"github.com/postern-dev/postern/carry/netwall"
 )
 
 // leaveCoresToTheRun caps the Go scheduler of a process that serves a door at
@@ -20,6 +24,8 @@ import (
 //
 // It caps once: a second call changes nothing.
 func leaveCoresToTheRun() {
+	coresMu.Lock()
+	defer coresMu.Unlock()
 	if coresLeft || os.Getenv("GOMAXPROCS") != "" {
 		return
 	}
@@ -28,13 +34,29 @@ func leaveCoresToTheRun() {
 }
 
 var (
+	coresMu     sync.Mutex
 	coresLeft   bool
 	coresBefore int
 )
 
+// capAfter is how long a run whose wall postern sets up itself keeps every
+// core once it is recorded as running (see leaveCoresLater).
+const capAfter = 25 * time.Millisecond
+
+// leaveCoresLater caps the scheduler capAfter from now rather than at once:
+// where postern sets the wall up itself (netwall.SetsUpItself), the mounts,
+// the network and the door's start are postern's own threads' work beside
+// one another, and one scheduler thread would take them in turn (1.6 ms
+// more to a run of true on 2 cores, measured). A command that is over by
+// then never pays for the cap's stop of the world; the door of one that
+// lasts serves capped, as before.
+func leaveCoresLater() { time.AfterFunc(capAfter, leaveCoresToTheRun) }
+
 // takeCoresBack lifts the cap of leaveCoresToTheRun from a process that
 // turned out to serve no door (a run on another machine).
 func takeCoresBack() {
+	coresMu.Lock()
+	defer coresMu.Unlock()
 	if coresLeft {
 		runtime.GOMAXPROCS(coresBefore)
 		coresLeft = false
@@ -49,7 +71,7 @@ func takeCoresBack() {
 // Capped at the start, that P has held next to nothing (0.3 ms less CPU per
 // `postern run` on 2 cores).
 func leaveCoresEarly(args []string) {
-	if len(args) > 1 && args[1] == "run" && !slices.ContainsFunc(args[2:], isMachineFlag) {
+	if len(args) > 1 && args[1] == "run" && !slices.ContainsFunc(args[2:], isMachineFlag) && !netwall.SetsUpItself() {
 		leaveCoresToTheRun()
 	}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"runtime"
 	"testing"
+
+	"github.com/postern-dev/postern/carry/netwall"
 )
 
 func TestLeaveCoresEarly(t *testing.T) {
@@ -25,7 +27,9 @@ func TestLeaveCoresEarly(t *testing.T) {
 		reset()
 		leaveCoresEarly(c.args)
 		want := 4
-		if c.capped {
+		if c.capped && !netwall.SetsUpItself() {
+			// Where postern sets the wall up itself, its threads do the
+			// work beside one another: capped later (leaveCoresLater).
 			want = 2
 		}
 		if got := runtime.GOMAXPROCS(0); got != want {

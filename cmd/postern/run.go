@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/postern-dev/postern/carry"
+	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/dispatch"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/signals"
@@ -79,7 +80,10 @@ not found; 255 the connection to the run's machine was lost.`,
 					return &exitError{exitPostern, err}
 				}
 				if spec.Machine == "local" {
-					leaveCoresToTheRun() // the door serves from this process
+					// The door serves from this process.
+					if !netwall.SetsUpItself() {
+						leaveCoresToTheRun()
+					}
 				} else {
 					takeCoresBack()
 				}
@@ -109,6 +113,12 @@ not found; 255 the connection to the run's machine was lost.`,
 				spec.Logger = rep.logger()
 				spec.Remote.Version = version
 				spec.OnStart = rep.start
+				if spec.Machine == "local" && netwall.SetsUpItself() {
+					spec.OnStart = func(run *records.Run) {
+						rep.start(run)
+						leaveCoresLater()
+					}
+				}
 				spec.OnEvent = rep.event
 				if jsonOut {
 					// A terminal's progress line is no JSON line.

@@ -160,7 +160,9 @@ const (
 	startBare    = "bare"
 	startBwrap   = "bwrap"
 	startPostern = "postern"
-	startSRT     = "srt"
+	// postern with the Go init as pid 1 (POSTERN_WALL_INIT=go).
+	startPosternGoInit = "postern-goinit"
+	startSRT           = "srt"
 	// The same, but sandbox-runtime, started as an unprivileged user
 	// (benchUID): postern's and bubblewrap's user-namespace lanes.
 	startBareUser    = "bare-user"
@@ -266,6 +268,11 @@ func RunWall(ctx context.Context, cfg WallConfig) (*WallReport, error) {
 		{name: startBare, argv: []string{"true"}},
 		{name: startBwrap, argv: []string{"bwrap", "--unshare-net", "--ro-bind", "/", "/", "true"}, skip: missing[ToolBwrap.Program]},
 		{name: startPostern, argv: []string{bin, "run", "--", "true"}, show: "postern run -- true", env: env},
+		// The same build with the Go init as the run's pid 1, as every
+		// wall had it before postern set walls up itself: the two side by
+		// side in one run.
+		{name: startPosternGoInit, argv: []string{bin, "run", "--", "true"}, show: "postern run -- true (POSTERN_WALL_INIT=go)",
+			env: append(env[:len(env):len(env)], "POSTERN_WALL_INIT=go")},
 		{name: startSRT, argv: []string{srt, "-s", srtSettings, "-c", "true"}, show: "srt -c true", skip: srtErr},
 	}
 	cmds = append(cmds, unprivilegedStartups(ctx, log, dir, bin, missing[ToolBwrap.Program])...)

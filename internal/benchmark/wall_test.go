@@ -75,7 +75,7 @@ func TestRunWallSmall(t *testing.T) {
 	// The unprivileged lane's sandboxes need a user namespace, which a
 	// machine may refuse that user (a sysctl, a seccomp or AppArmor
 	// profile): then their rows must say why instead.
-	measured := []string{startBare, startBwrap, startPostern, startBareUser}
+	measured := []string{startBare, startBwrap, startPostern, startPosternGoInit, startBareUser}
 	if unprivilegedUserns() {
 		measured = append(measured, startBwrapUser, startPosternUser)
 	} else if s := rep.startup(startPosternUser); s == nil || s.Err == "" || len(s.Samples) != 0 {
