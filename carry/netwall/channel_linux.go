@@ -167,17 +167,27 @@ type channel struct {
 
 // newChannel takes ownership of f, a connected unix stream socket.
 func newChannel(f *os.File) (*channel, error) {
+	uc, err := unixConn(f, "control socket")
+	if err != nil {
+		return nil, err
+	}
+	return &channel{conn: uc}, nil
+}
+
+// unixConn takes ownership of f, a connected unix socket, as a conn of the
+// net package's poller; what names it in errors.
+func unixConn(f *os.File, what string) (*net.UnixConn, error) {
 	defer f.Close()
 	c, err := net.FileConn(f)
 	if err != nil {
-		return nil, fmt.Errorf("control socket: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		c.Close()
-		return nil, fmt.Errorf("control socket: %T is not a unix socket", c)
+		return nil, fmt.Errorf("%s: %T is not a unix socket", what, c)
 	}
-	return &channel{conn: uc}, nil
+	return uc, nil
 }
 
 func (c *channel) send(m message, files ...*os.File) error {

@@ -271,13 +271,7 @@ func startFast(pid1 string, spec Spec, cfg *initConfig, cgroupFD int, planned fu
 			netDone <- network{werr: stepError(StepLoopback, err)}
 			return
 		}
-		var n network
-		if plan.NoNetwork {
-			n.werr = loopbackOnly()
-		} else {
-			n.files, n.werr = configureNetns(plan.Ports, plan.AllTCP)
-		}
-		netDone <- n
+		netDone <- makeNetwork(plan)
 	})
 	var proc *initProc
 	var planErr error
@@ -560,16 +554,11 @@ type pid1Header struct {
 	a, b int32
 }
 
+// newPid1Link takes ownership of f, postern's end of pid 1's socket.
 func newPid1Link(f *os.File) (*pid1Link, error) {
-	defer f.Close()
-	c, err := net.FileConn(f)
+	uc, err := unixConn(f, "pid 1's socket")
 	if err != nil {
-		return nil, fmt.Errorf("pid 1's socket: %w", err)
-	}
-	uc, ok := c.(*net.UnixConn)
-	if !ok {
-		c.Close()
-		return nil, fmt.Errorf("pid 1's socket: %T is not a unix socket", c)
+		return nil, err
 	}
 	return &pid1Link{conn: uc}, nil
 }

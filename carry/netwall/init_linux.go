@@ -266,19 +266,23 @@ type network struct {
 	werr  *wireError
 }
 
+// makeNetwork makes the calling thread's network namespace the wall as plan
+// says: only lo, or lo, the routes, the door's listeners and the rules.
+func makeNetwork(plan netPlan) network {
+	var n network
+	if plan.NoNetwork {
+		n.werr = loopbackOnly()
+	} else {
+		n.files, n.werr = configureNetns(plan.Ports, plan.AllTCP)
+	}
+	return n
+}
+
 // startNetwork makes the calling process's network namespace the wall as
 // plan says, on a goroutine of its own; the channel gives what it made.
 func startNetwork(plan netPlan) <-chan network {
 	done := make(chan network, 1)
-	go func() {
-		var n network
-		if plan.NoNetwork {
-			n.werr = loopbackOnly()
-		} else {
-			n.files, n.werr = configureNetns(plan.Ports, plan.AllTCP)
-		}
-		done <- n
-	}()
+	go func() { done <- makeNetwork(plan) }()
 	// A goroutine just made waits in this one's turn, which only ends when
 	// it blocks; yielding hands it to the other processor now.
 	runtime.Gosched()
