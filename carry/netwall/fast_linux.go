@@ -18,6 +18,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/carry/netwall/ownns"
 	"github.com/postern-dev/postern/internal/kernel"
 	"github.com/postern-dev/postern/internal/wallimage"
 )
@@ -60,13 +61,13 @@ const (
 )
 
 // pid1Prefix starts the name of the wall's small pid 1 kept beside the Go
-// init in an InitDir.
-const pid1Prefix = "wall-pid1-"
+// init in an InitDir, where ownns finds it before postern's own start.
+const pid1Prefix = ownns.Pid1Prefix
 
 // InitEnv, set to "go", has every run start the wall's Go init as before,
 // even where postern could set the wall up itself: a way to compare the two,
 // and to tell a problem of one from the other's.
-const InitEnv = "POSTERN_WALL_INIT"
+const InitEnv = ownns.InitEnv
 
 // fastLane says whether the run can be set up by postern with the small pid
 // 1 at pid1 rather than by the Go init: the caller holds the init's
@@ -198,6 +199,9 @@ func enterRun() error {
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("bound the thread's capabilities: %w", err)
+	}
+	if err := passCapsOnExec(); err != nil {
+		return fmt.Errorf("keep pid 1's capabilities across its exec: %w", err)
 	}
 	if err := unix.Unshare(runNamespaces); err != nil {
 		return fmt.Errorf("unshare the run's namespaces: %w", err)

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/carry/netwall/ownns"
 	"github.com/postern-dev/postern/internal/testhosts"
 )
 
@@ -164,5 +165,17 @@ func TestPid1RefusesRecordsOutOfTurn(t *testing.T) {
 	}
 	if ws, err := proc.wait(); err != nil || ws.ExitStatus() != 125 {
 		t.Errorf("pid 1: %v (%v), want exit 125", ws, err)
+	}
+}
+
+// The capabilities postern keeps in a user namespace of its own are the ones
+// the wall's set-up holds, no more.
+func TestOwnUsernsKeepsTheInitsCaps(t *testing.T) {
+	var want uint64
+	for _, c := range initCaps {
+		want |= 1 << c
+	}
+	if ownns.Caps != want {
+		t.Errorf("ownns.Caps = %#x, initCaps = %#x", ownns.Caps, want)
 	}
 }

@@ -24,10 +24,12 @@ import (
 // container without CAP_SYS_ADMIN included, gets a user namespace as
 // before. The probe makes what it measures the same way.
 func HoldsInitCaps() bool {
-	// Root by uid, whose exec gives it its bounding set: capabilities
-	// held another way (ambient, file capabilities, SECBIT_NOROOT) would
-	// not pass to the init as forker means them to.
-	if os.Getuid() != 0 || os.Geteuid() != 0 {
+	// Root by uid, whose exec gives it its bounding set; or a process in a
+	// user namespace of its own (see EnterOwnUserns), whose forker passes
+	// them on as ambient ones (passCapsOnExec). Capabilities held another
+	// way (file capabilities, SECBIT_NOROOT) would not pass to the init as
+	// forker means them to.
+	if (os.Getuid() != 0 || os.Geteuid() != 0) && !inOwnUserns() {
 		return false
 	}
 	const secbitNoroot = 1 << 0
@@ -82,6 +84,10 @@ func (f *forker) serve() {
 	// set: both emptied, the init gets initCaps and nothing else.
 	if err := clearInheritable(); err != nil {
 		f.ready <- err
+		return // the thread ends with what it changed
+	}
+	if err := passCapsOnExec(); err != nil {
+		f.ready <- fmt.Errorf("keep the init's capabilities across its exec: %w", err)
 		return // the thread ends with what it changed
 	}
 	f.ready <- nil

@@ -60,8 +60,12 @@ func runTests(m *testing.M) int {
 	return m.Run()
 }
 
-// buildAttached builds postern at bin as make does: with the wall's init
-// attached (internal/wallimage).
+// smallPid1 says whether the built binary carries the wall's small pid 1
+// (a C compiler was there to build it).
+var smallPid1 bool
+
+// buildAttached builds postern at bin as make does: without cgo, with the
+// wall's init attached (internal/wallimage).
 func buildAttached(bin string, args ...string) error {
 	for _, b := range []struct{ out, pkg string }{{bin, "."}, {bin + "-wall", "../postern-wall"}} {
 		a := []string{"build", "-o", b.out}
@@ -71,6 +75,7 @@ func buildAttached(bin string, args ...string) error {
 			a = append(a, args...)
 		}
 		build := exec.Command("go", append(a, b.pkg)...)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("build %s: %w", b.pkg, err)
@@ -84,6 +89,7 @@ func buildAttached(bin string, args ...string) error {
 	case err != nil:
 		return err
 	default:
+		smallPid1 = true
 		defer os.Remove(bin + "-pid1")
 		if err := wallimage.Attach(bin+"-wall", bin+"-pid1"); err != nil {
 			return err

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	_ "github.com/postern-dev/postern/cmd/postern/internal/first" // first: see its doc
 	"github.com/postern-dev/postern/internal/hugetext"
 	"github.com/postern-dev/postern/internal/signals"
 )

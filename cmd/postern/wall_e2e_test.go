@@ -27,6 +27,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/door"
 	"github.com/postern-dev/postern/internal/testhosts"
 	"github.com/postern-dev/postern/records"
@@ -986,46 +987,22 @@ func (s *started) wait(t *testing.T) result {
 // testUnprivileged repeats the core checks with the binary run as nobody: a
 // wall raised in a user namespace the unprivileged user made.
 func testUnprivileged(t *testing.T, l *wallLab) {
-	const nobody = 65534
-	root, err := os.MkdirTemp("", "postern-nobody-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	if err := os.Chmod(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	copyFile := func(src, dst string, mode os.FileMode) {
+	p, home, work := nobodyPoster(t)
+	copyAs := func(src, dst string) {
 		data, err := os.ReadFile(src)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(dst, data, mode); err != nil {
+		if err := os.WriteFile(dst, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(dst, nobody, nobody); err != nil {
 			t.Fatal(err)
 		}
 	}
-	bin := filepath.Join(root, "postern")
-	if err := testhosts.CopyExecutable(binFor(t), bin); err != nil {
-		t.Fatal(err)
-	}
-	home := filepath.Join(root, "home")
-	work := filepath.Join(home, "work")
-	for _, d := range []string{home, work} {
-		if err := os.Mkdir(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-	}
-	copyFile(l.CA, filepath.Join(work, "ca.pem"), 0o644)
+	copyAs(l.CA, filepath.Join(work, "ca.pem"))
 	policy := filepath.Join(work, "policy.hcl")
-	copyFile(l.policy(t), policy, 0o644)
-	for _, p := range []string{home, work, filepath.Join(work, "ca.pem"), policy} {
-		if err := os.Chown(p, nobody, nobody); err != nil {
-			t.Fatal(err)
-		}
-	}
-	p := poster{Home: filepath.Join(home, "state"), Dir: work, Bin: bin,
-		Cred: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}},
-		Env:  []string{"HOME=" + home, "USER=nobody", "LOGNAME=nobody"}}
+	copyAs(l.policy(t), policy)
 
 	pr := p.exec(t, "machine", "probe-confinement", "--json")
 	var v struct {
@@ -1035,10 +1012,18 @@ func testUnprivileged(t *testing.T, l *wallLab) {
 	if err := json.Unmarshal([]byte(pr.Stdout), &v); err != nil || pr.Code != 0 || v.Carry != "network-wall" {
 		t.Fatalf("probe-confinement as uid %d: exit %d, carry %q (%v)\n%s\n%s", nobody, pr.Code, v.Carry, err, pr.Stdout, pr.Stderr)
 	}
+	// The first run of a build keeps the small pid 1; the runs after it,
+	// the one below among them, enter a user namespace of postern's own
+	// first and have their wall set up by postern itself
+	// (carry/netwall/ownns).
+	if r := p.exec(t, "run", "--", "true"); r.Code != 0 {
+		t.Fatalf("first run as uid %d: exit %d\n%s", nobody, r.Code, r.Stderr)
+	}
 	tag := randHex(4)
 	denied := "nobody-denied-" + tag + ".test"
 	w := p.run(t, []string{"--policy", policy, "--resolver", l.Upstream.Addr.String()},
 		step("id", "id -u")+
+			step("pid1", "cat /proc/1/comm")+
 			curlStep("http", "http://web.test/"+tag+"-nobody")+
 			curlStep("https", "--cacert", "ca.pem", "https://web.test/"+tag+"-nobody")+
 			curlStep("denied", "http://secret.web.test/"+tag+"-bad")+
@@ -1058,6 +1043,9 @@ func testUnprivileged(t *testing.T, l *wallLab) {
 	}
 	if out := w.Out(t, "id"); strings.TrimSpace(strings.Split(out, "\n")[1]) != strconv.Itoa(nobody) {
 		t.Errorf("the run's uid: %q", out)
+	}
+	if out := w.Out(t, "pid1"); smallPid1 && netwall.SetsUpItself() && !strings.Contains(out, "wall-pid1-") {
+		t.Errorf("nobody's run was not set up by postern itself: its pid 1 is %q", out)
 	}
 	for _, st := range []string{"http", "https"} {
 		if out := w.Out(t, st); httpCode(out) != 200 || !strings.Contains(out, `"served_by":"web"`) {
@@ -1103,7 +1091,7 @@ func testUnprivileged(t *testing.T, l *wallLab) {
 	if st, err := os.Stat(filepath.Join(work, "s")); err == nil && st.Mode()&os.ModeSetuid != 0 {
 		t.Errorf("%s is setuid on the host", filepath.Join(work, "s"))
 	}
-	if rs := p.runs(t); len(rs) != 1 || rs[0].ID != w.Run.ID {
+	if rs := p.runs(t); len(rs) != 2 || rs[1].ID != w.Run.ID {
 		t.Errorf("nobody's records after the run: %+v", rs)
 	}
 	for _, q := range append(l.Outside.Queries(), l.Upstream.Queries()...) {
@@ -1674,4 +1662,39 @@ func TestWallCallersDescriptorsStayWithPostern(t *testing.T) {
 	if len(holders) > 0 {
 		t.Fatalf("postern's caller's descriptor reached its children:\n%s", strings.Join(holders, "\n"))
 	}
+}
+
+// nobody is the unprivileged user the tests run postern as.
+const nobody = 65534
+
+// nobodyPoster is postern run as nobody: the built binary copied where that
+// user may run it, a home and a working directory of its own (home/work).
+func nobodyPoster(t *testing.T) (p poster, home, work string) {
+	t.Helper()
+	root, err := os.MkdirTemp("", "postern-nobody-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "postern")
+	if err := testhosts.CopyExecutable(binFor(t), bin); err != nil {
+		t.Fatal(err)
+	}
+	home = filepath.Join(root, "home")
+	work = filepath.Join(home, "work")
+	for _, d := range []string{home, work} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chown(d, nobody, nobody); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p = poster{Home: filepath.Join(home, "state"), Dir: work, Bin: bin,
+		Cred: &syscall.Credential{Uid: nobody, Gid: nobody, Groups: []uint32{}},
+		Env:  []string{"HOME=" + home, "USER=nobody", "LOGNAME=nobody"}}
+	return p, home, work
 }

@@ -3,14 +3,22 @@
 package main
 
 import (
+	"context"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/postern-dev/postern/carry/netwall"
+	"github.com/postern-dev/postern/carry/netwall/ownns"
 	"github.com/postern-dev/postern/internal/testhosts"
 )
 
@@ -144,5 +152,146 @@ func TestWallWithoutAnAttachedInit(t *testing.T) {
 	}
 	if kept, _ := filepath.Glob(filepath.Join(p.Home, "lib", "*")); len(kept) != 0 {
 		t.Fatalf("a binary with no init attached kept %v", kept)
+	}
+}
+
+// A user without privileges gets the wall set up by postern itself too, from
+// the second run of a build on (the first keeps the small pid 1): postern
+// enters a user namespace of its own before anything else of it runs, where
+// it holds the wall's capabilities and nothing of the host's
+// (carry/netwall/ownns). The run sees the caller's uid and no capability;
+// postern's threads hold no more than the wall's capabilities, none of them
+// ambient but on the thread that starts pid 1; what the caller passed
+// (descriptors, exit status) passes as before; POSTERN_WALL_INIT=go and a
+// terminal on stdin keep the Go init in a user namespace of its own.
+func TestWallUnprivilegedSetsUpItself(t *testing.T) {
+	testhosts.EndToEnd(t)
+	testhosts.RequireRoot(t)
+	if !netwall.SetsUpItself() || !smallPid1 {
+		t.Skip("postern does not set walls up itself here (a kernel before 6.18, or no small pid 1): they start the Go init")
+	}
+	t.Parallel()
+	p, _, work := nobodyPoster(t)
+	if r := p.exec(t, "machine", "probe-confinement"); r.Code != 0 {
+		t.Fatalf("probe-confinement as uid %d: exit %d\n%s", nobody, r.Code, r.Stderr)
+	}
+	const script = `tr '\0' ' ' < /proc/1/cmdline; echo; id -u; grep '^Cap' /proc/self/status; cat /proc/self/uid_map; env | grep -c ^POSTERN_OWN_USERNS=; exit 7`
+	first := p.exec(t, "run", "--", "sh", "-c", script)
+	if first.Code != 7 || !strings.Contains(first.Stdout, " __wall-init ") {
+		t.Fatalf("first run as uid %d: exit %d, want 7 from the Go init\n%s\n%s", nobody, first.Code, first.Stdout, first.Stderr)
+	}
+	pid1s, _ := filepath.Glob(filepath.Join(p.Home, "lib", "wall-pid1-*"))
+	if len(pid1s) != 1 {
+		t.Fatalf("the first run kept no small pid 1 in %s/lib: %v", p.Home, pid1s)
+	}
+
+	second := p.exec(t, "run", "--", "sh", "-c", script)
+	lines := strings.Split(second.Stdout, "\n")
+	if second.Code != 7 || len(lines) < 9 {
+		t.Fatalf("second run as uid %d: exit %d, want 7\n%s\n%s", nobody, second.Code, second.Stdout, second.Stderr)
+	}
+	if want := pid1s[0] + " -dir " + work + " -nproc "; !strings.HasPrefix(lines[0], want) {
+		t.Errorf("the second run's pid 1 is %q, want %q…: not set up by postern itself", lines[0], want)
+	}
+	if lines[1] != strconv.Itoa(nobody) {
+		t.Errorf("the run's uid is %q, want %d", lines[1], nobody)
+	}
+	for _, l := range lines[2:7] {
+		if f := strings.Fields(l); len(f) != 2 || strings.Trim(f[1], "0") != "" {
+			t.Errorf("the run holds a capability: %q", l)
+		}
+	}
+	if f := strings.Fields(lines[7]); len(f) != 3 || f[0] != strconv.Itoa(nobody) || f[1] != strconv.Itoa(nobody) || f[2] != "1" {
+		t.Errorf("the run's uid_map is %q, want the caller's uid alone", lines[7])
+	}
+	if lines[8] != "0" {
+		t.Errorf("the run's environment has %s", ownns.Env)
+	}
+
+	// While a run goes on: postern in its own user namespace, its threads
+	// holding the wall's capabilities at most, ambient ones on one thread
+	// at most (the forker, which starts pid 1).
+	live := p.start(t, "run", "--", "sh", "-c", "touch up; sleep 30")
+	pid := live.cmd.Process.Pid
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := os.Stat(filepath.Join(work, "up")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the run did not start within 30s")
+		}
+	}
+	if m, _ := os.ReadFile(fmt.Sprintf("/proc/%d/uid_map", pid)); strings.Join(strings.Fields(string(m)), " ") != fmt.Sprintf("%d %d 1", nobody, nobody) {
+		t.Errorf("postern's uid_map during the run: %q", m)
+	}
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/status", pid))
+	ambient := 0
+	for _, task := range tasks {
+		data, err := os.ReadFile(task)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			name, hex, ok := strings.Cut(l, ":\t")
+			if !ok || !strings.HasPrefix(name, "Cap") || name == "CapBnd" {
+				continue
+			}
+			v, err := strconv.ParseUint(hex, 16, 64)
+			if err != nil {
+				t.Fatalf("%s: %q", task, l)
+			}
+			if v&^ownns.Caps != 0 {
+				t.Errorf("a thread of postern's holds more than the wall's capabilities: %s %s in %s", name, hex, task)
+			}
+			if name == "CapAmb" && v != 0 {
+				ambient++
+			}
+		}
+	}
+	if len(tasks) == 0 || ambient > 1 {
+		t.Errorf("postern's threads: %d, with ambient capabilities %d (at most 1, the forker's)", len(tasks), ambient)
+	}
+	_ = live.cmd.Process.Signal(syscall.SIGTERM)
+	if r := live.wait(t); r.Code != 143 {
+		t.Errorf("a run stopped by SIGTERM: exit %d, want 143\n%s", r.Code, r.Stderr)
+	}
+
+	// A descriptor the caller passed (a policy on /dev/fd/3) survives the
+	// launch's two execs.
+	pol, err := os.CreateTemp("", "postern-policy-*.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.Remove(pol.Name())
+	if err := pol.Chmod(0o644); err != nil { // /dev/fd/3 opens the file again, as nobody
+		t.Fatal(err)
+	}
+	if _, err := pol.WriteString("mode = \"enforce\"\nallow = [\"nothing-allowed.test\"]\n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pol.Seek(0, io.SeekStart); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := p.command(ctx, "run", "--policy", "/dev/fd/3", "--", "cat", "/proc/1/comm")
+	cmd.ExtraFiles = []*os.File{pol}
+	out, err := cmd.CombinedOutput()
+	pol.Close()
+	if err != nil || !strings.Contains(string(out), "wall-pid1-") {
+		t.Errorf("run --policy /dev/fd/3 as uid %d: %v\n%s", nobody, err, out)
+	}
+
+	// The Go init where it is asked for, or where the run has a terminal
+	// (script(1) gives postern one on every stream).
+	goInit := p
+	goInit.Env = append(slices.Clone(p.Env), "POSTERN_WALL_INIT=go")
+	if r := goInit.exec(t, "run", "--", "sh", "-c", script); r.Code != 7 || !strings.Contains(r.Stdout, " __wall-init ") {
+		t.Errorf("POSTERN_WALL_INIT=go as uid %d: exit %d, want 7 from the Go init\n%s\n%s", nobody, r.Code, r.Stdout, r.Stderr)
+	}
+	term := p.command(ctx, "")
+	term.Path, term.Args = "/usr/bin/script", []string{"script", "-qec", p.Bin + " run -- sh -c 'cat /proc/1/comm; exit 7'", "/dev/null"}
+	if out, err := term.CombinedOutput(); !strings.Contains(string(out), "wall-init-") {
+		t.Errorf("a run with a terminal as uid %d: %v\n%s", nobody, err, out)
 	}
 }

@@ -9,6 +9,9 @@
  * it ends kills and reaps whatever is left in the namespace before reporting
  * the command's status.
  *
+ * It has a second, unrelated mode, "-launch", which postern execs before it
+ * runs as a user without privileges (see launch below).
+ *
  * Build (the Makefile's): musl-gcc or cc -static -Os -s -Wall -Wextra -Werror
  */
 #define _GNU_SOURCE
@@ -467,8 +470,98 @@ static void on_signals(int sfd)
 	}
 }
 
+/*
+ * Launch mode: "pid1 -launch FD CAPS -- ARGV...". postern, run by a user
+ * without privileges, execs this first thing, so that one thread, with no Go
+ * runtime, makes a user namespace of its own: the caller's uid and gid mapped
+ * to themselves and nothing else, setgroups denied. The capabilities in CAPS
+ * (hexadecimal, bit N for capability N) are kept across the exec as
+ * inheritable and ambient ones, and the executable open on FD (postern's own)
+ * is exec'd with ARGV and this environment. postern then holds those
+ * capabilities in a namespace that owns nothing of the host's and sets its
+ * run's wall up itself.
+ *
+ * Where the kernel refuses the namespace, postern is exec'd all the same, as
+ * it was, and takes the lane it would have. A namespace made but not mapped
+ * would leave postern nobody: that ends here, saying so.
+ */
+static int write_file(const char *path, const char *data)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t n = strlen(data);
+	ssize_t w = write(fd, data, n);
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	return w == (ssize_t)n ? 0 : -1;
+}
+
+static void launch_fail(const char *what)
+{
+	say("postern: ", what, ": ", strerror(errno),
+	    " (POSTERN_WALL_INIT=go runs without a user namespace of postern's own)\n", NULL);
+	oflush();
+	exit(126);
+}
+
+static int launch(int argc, char **argv)
+{
+	if (argc < 6 || strcmp(argv[4], "--") != 0)
+		usage("usage: pid1 -launch FD CAPS -- ARGV0 [ARGS...]", "");
+	char *end;
+	errno = 0;
+	long fd = strtol(argv[2], &end, 10);
+	if (!isdigit((unsigned char)argv[2][0]) || *end || errno || fd < 3 || fd > 1 << 20)
+		usage("bad -launch descriptor ", argv[2]);
+	errno = 0;
+	unsigned long long caps = strtoull(argv[3], &end, 16);
+	if (!isxdigit((unsigned char)argv[3][0]) || *end || errno)
+		usage("bad -launch capabilities ", argv[3]);
+	if (fcntl((int)fd, F_SETFD, FD_CLOEXEC) < 0)
+		usage("no executable on the -launch descriptor: ", strerror(errno));
+
+	unsigned long uid = getuid(), gid = getgid();
+	if (unshare(CLONE_NEWUSER) == 0) {
+		char map[64];
+		if (write_file("/proc/self/setgroups", "deny") < 0)
+			launch_fail("deny setgroups in postern's user namespace");
+		snprintf(map, sizeof map, "%lu %lu 1\n", uid, uid);
+		if (write_file("/proc/self/uid_map", map) < 0)
+			launch_fail("map the uid into postern's user namespace");
+		snprintf(map, sizeof map, "%lu %lu 1\n", gid, gid);
+		if (write_file("/proc/self/gid_map", map) < 0)
+			launch_fail("map the gid into postern's user namespace");
+		/*
+		 * A new user namespace's first process holds every capability
+		 * there; an exec by a uid other than 0 keeps only the ambient
+		 * ones, which must be inheritable (and permitted) first.
+		 */
+		struct cap_header h = { LINUX_CAPABILITY_VERSION_3, 0 };
+		struct cap_data d[2];
+		if (syscall(SYS_capget, &h, d) < 0)
+			launch_fail("read capabilities");
+		d[0].inheritable = (uint32_t)caps & d[0].permitted;
+		d[1].inheritable = (uint32_t)(caps >> 32) & d[1].permitted;
+		if (syscall(SYS_capset, &h, d) < 0)
+			launch_fail("make capabilities inheritable");
+		for (int c = 0; c < 64; c++) {
+			if (!(caps >> c & 1))
+				continue;
+			if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, c, 0, 0) < 0)
+				launch_fail("keep capabilities across exec");
+		}
+	}
+	syscall(SYS_execveat, (int)fd, "", argv + 5, environ, AT_EMPTY_PATH);
+	launch_fail("exec postern");
+	return 126;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc > 1 && strcmp(argv[1], "-launch") == 0)
+		return launch(argc, argv);
 	/* No core dumps and no ptrace or /proc access from the command's uid. */
 	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0)
 		usage("prctl PR_SET_DUMPABLE: ", strerror(errno));

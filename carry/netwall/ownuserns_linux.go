@@ -1,0 +1,61 @@
+//go:build !postern_wallinit
+
+package netwall
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// inOwnUserns says whether this process is in a user namespace that maps its
+// own uid and nothing else (as ownns makes, or `unshare --map-current-user`):
+// one that owns nothing of the host's. What it holds there decides the rest
+// (HoldsInitCaps): postern launched by ownns holds initCaps, and sets the
+// run's wall up itself.
+var inOwnUserns = sync.OnceValue(func() bool {
+	data, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil || os.Getuid() == 0 {
+		return false
+	}
+	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
+	if len(lines) != 1 {
+		return false
+	}
+	f := strings.Fields(string(lines[0]))
+	uid := strconv.Itoa(os.Getuid())
+	return len(f) == 3 && f[0] == uid && f[1] == uid && f[2] == "1"
+})
+
+// passCapsOnExec has what the calling thread execs keep initCaps, where this
+// process is not root in its user namespace (see inOwnUserns): the exec of a
+// uid other than 0 gives a program no capabilities but its ambient ones. The
+// thread's inheritable and ambient sets then hold initCaps, and its bounding
+// set (see boundToInitCaps) holds no more. Root's exec gives the bounding
+// set, and needs nothing here.
+func passCapsOnExec() error {
+	if os.Geteuid() == 0 {
+		return nil
+	}
+	data, err := threadCaps()
+	if err != nil {
+		return err
+	}
+	for _, c := range initCaps {
+		data[c/32].Inheritable |= 1 << (c % 32)
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	if err := unix.Capset(&hdr, &data[0]); err != nil {
+		return err
+	}
+	for _, c := range initCaps {
+		if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, c, 0, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
