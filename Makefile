@@ -14,9 +14,11 @@ all: build
 # attached after its last byte: each walled run starts that rather than all of
 # postern. A binary without it re-executes itself.
 #
-# Where postern holds the init's capabilities (root), it sets a run's wall up
-# itself and starts a small static C program as the run's pid 1 instead of the
-# Go init (carry/netwall/fast_linux.go). It is built with $(PID1_CC) when that
+# Where postern holds the init's capabilities (root, or any user once the same
+# C program, in its launch mode, has put postern in a user namespace of its
+# own: carry/netwall/ownns), it sets a run's wall up itself and starts a small
+# static C program as the run's pid 1 instead of the Go init
+# (carry/netwall/fast_linux.go). It is built with $(PID1_CC) when that
 # compiles for the target's architecture, and attached to the Go init's image
 # in turn; a build without it runs every wall with the Go init.
 WALLINIT = CGO_ENABLED=0 $(GO) build -tags postern_wallinit -trimpath -ldflags '-s -w'

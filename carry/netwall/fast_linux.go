@@ -259,6 +259,12 @@ func startFast(pid1 string, spec Spec, cfg *initConfig, cgroupFD int, planned fu
 	if cfg.NProc > 0 {
 		argv = append(argv, "-nproc", strconv.FormatUint(cfg.NProc, 10))
 	}
+	if os.Geteuid() != 0 {
+		// postern is in a user namespace of its own (HoldsInitCaps): the
+		// command gets one below it, where RLIMIT_NPROC counts its
+		// processes alone.
+		argv = append(argv, "-userns")
+	}
 	argv = append(append(argv, "--"), cfg.Command...)
 	env := commandEnv(cfg.Env)
 	files := []*os.File{spec.Stdin, spec.Stdout, spec.Stderr, p1Child}

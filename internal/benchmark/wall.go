@@ -168,6 +168,10 @@ const (
 	startBareUser    = "bare-user"
 	startBwrapUser   = "bwrap-user"
 	startPosternUser = "postern-user"
+	// The same with the Go init in a user namespace of its own, as that
+	// user's runs were set up before postern entered one itself
+	// (carry/netwall/ownns).
+	startPosternUserGoInit = "postern-user-goinit"
 )
 
 // benchUID is the unprivileged user the second set of start-ups runs as.
@@ -176,7 +180,7 @@ const benchUID = 65534
 // baseOf names the row a start-up's "over bare" is taken from.
 func baseOf(name string) string {
 	switch name {
-	case startBareUser, startBwrapUser, startPosternUser:
+	case startBareUser, startBwrapUser, startPosternUser, startPosternUserGoInit:
 		return startBareUser
 	}
 	return startBare
@@ -316,6 +320,7 @@ func unprivilegedStartups(ctx context.Context, log *slog.Logger, dir, bin, bwrap
 		{name: startBwrapUser, argv: []string{"bwrap", "--unshare-user", "--unshare-net", "--ro-bind", "/", "/", "true"},
 			show: "bwrap --unshare-user --unshare-net --ro-bind / / true" + who, skip: bwrapSkip, cred: cred},
 		{name: startPosternUser, argv: []string{"", "run", "--", "true"}, show: "postern run -- true" + who, cred: cred},
+		{name: startPosternUserGoInit, argv: []string{"", "run", "--", "true"}, show: "postern run -- true" + who[:len(who)-1] + ", POSTERN_WALL_INIT=go)", cred: cred},
 	}
 	own := filepath.Join(dir, "unprivileged")
 	work, home, tmp := filepath.Join(own, "work"), filepath.Join(own, "home"), filepath.Join(own, "tmp")
@@ -326,9 +331,11 @@ func unprivilegedStartups(ctx context.Context, log *slog.Logger, dir, bin, bwrap
 	for i := range cmds {
 		cmds[i].dir, cmds[i].env = "/", env
 	}
-	pst := &cmds[2]
+	pst, goInit := &cmds[2], &cmds[3]
 	pst.argv[0] = filepath.Join(own, "postern")
 	pst.dir = work
+	goInit.argv[0], goInit.dir = pst.argv[0], work
+	goInit.env = append(env[:len(env):len(env)], "POSTERN_WALL_INIT=go")
 	err := func() error {
 		for _, d := range []string{own, work, home, tmp} {
 			if err := os.MkdirAll(d, 0o755); err != nil {
@@ -351,7 +358,7 @@ func unprivilegedStartups(ctx context.Context, log *slog.Logger, dir, bin, bwrap
 		return nil
 	}()
 	if err != nil {
-		pst.skip = err.Error()
+		pst.skip, goInit.skip = err.Error(), err.Error()
 	}
 	return cmds
 }

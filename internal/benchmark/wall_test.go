@@ -77,7 +77,7 @@ func TestRunWallSmall(t *testing.T) {
 	// profile): then their rows must say why instead.
 	measured := []string{startBare, startBwrap, startPostern, startPosternGoInit, startBareUser}
 	if unprivilegedUserns() {
-		measured = append(measured, startBwrapUser, startPosternUser)
+		measured = append(measured, startBwrapUser, startPosternUser, startPosternUserGoInit)
 	} else if s := rep.startup(startPosternUser); s == nil || s.Err == "" || len(s.Samples) != 0 {
 		t.Errorf("uid %d may not make a user namespace here, yet postern's row: %+v", benchUID, s)
 	} else {

@@ -33,7 +33,8 @@ const Caps = 1<<12 | 1<<21 | 1<<10 | 1<<8 | 1<<1
 
 // RunsWallHere says whether args, postern's command line, is a run that
 // will most likely raise a network wall on this machine: `run`, naming no
-// machine but local and no container. A word after "--" is the command's.
+// machine but local, no container, and not --egress-open. A word after "--"
+// is the command's.
 func RunsWallHere(args []string) bool {
 	if len(args) < 2 || args[1] != "run" {
 		return false
@@ -49,7 +50,11 @@ func RunsWallHere(args []string) bool {
 			}
 			return false
 		case a == "--machine=local":
-		case hasPrefix(a, "--machine="), a == "--container", hasPrefix(a, "--container="):
+		case hasPrefix(a, "--machine="), a == "--container", hasPrefix(a, "--container="),
+			// A run without a wall: its command is postern's child, and
+			// gets nothing from a namespace of postern's but what it
+			// lacks there (setuid helpers, others' ids).
+			a == "--egress-open", hasPrefix(a, "--egress-open="):
 			return false
 		}
 	}

@@ -4,7 +4,6 @@ package ownns
 // would have this initialised after package unicode, and so after most of
 // postern's.
 import (
-	"path"
 	"strconv"
 	"syscall"
 	"unsafe"
@@ -46,14 +45,17 @@ func Enter() {
 		dropAmbient()
 		return
 	}
-	if syscall.Geteuid() == 0 {
+	// Root needs none; a process whose real and effective ids differ (a
+	// setuid install) could not map both; a binary with cgo could not drop
+	// the ambient capabilities from every thread.
+	if syscall.Geteuid() == 0 || syscall.Getuid() != syscall.Geteuid() || syscall.Getgid() != syscall.Getegid() || withCgo {
 		return
 	}
 	if v, _ := syscall.Getenv(InitEnv); v == "go" {
 		return
 	}
 	args := cmdline()
-	if !RunsWallHere(args) || stdinIsTerminal() || !kernel.AtLeast(6, 18) {
+	if !RunsWallHere(args) || stdinIsTerminal() || !kernel.AtLeast(6, 18) || userNamespacesConfined() {
 		return
 	}
 	dir := InitDir()
@@ -61,49 +63,104 @@ func Enter() {
 		return
 	}
 	pid1 := keptPid1(dir, "/proc/self/exe")
-	if pid1 == "" {
+	if pid1 < 0 {
 		return
 	}
 	self, err := syscall.Open("/proc/self/exe", oPath, 0) // not close-on-exec: the launch execs it
 	if err != nil {
+		syscall.Close(pid1)
 		return
 	}
-	argv := append([]string{pid1, LaunchArg, strconv.Itoa(self), strconv.FormatUint(Caps, 16), "--"}, args...)
-	_ = syscall.Exec(pid1, argv, append(syscall.Environ(), Env+"=1"))
-	// Not exec'd: nothing was changed but the descriptor.
+	argv := append([]string{Pid1Prefix + "launch", LaunchArg, strconv.Itoa(self), strconv.FormatUint(Caps, 16), "--"}, args...)
+	// Exec'd through the descriptor whose file was checked, not its path.
+	_ = syscall.Exec("/proc/self/fd/"+strconv.Itoa(pid1), argv, append(syscall.Environ(), Env+"=1"))
+	// Not exec'd: nothing was changed but the descriptors.
 	syscall.Close(self)
+	syscall.Close(pid1)
 }
 
-// dropAmbient empties every thread's ambient capabilities: a program postern
-// starts (git, an editor) gets none of them. The effective and permitted
-// sets stay; netwall raises the ambient ones again on the thread that
-// clones the run's pid 1. Refused (ENOTSUP) in a binary with cgo, whose
-// threads then keep them: they reach nothing of the host's either.
+// dropAmbient empties every thread's inheritable capabilities, and so its
+// ambient ones, which the launch filled to carry them across its exec: a
+// program postern starts (git, an editor) gets none of them, whatever its
+// file capabilities. The effective and permitted sets stay; netwall raises
+// the inheritable and ambient ones again on the thread that starts the
+// run's pid 1. Every thread holds the same sets here, so one set of data
+// fits them all. (Refused, ENOTSUP, in a binary with cgo, which is never
+// launched.)
 func dropAmbient() {
+	hdr := capHeader{version: linuxCapabilityVersion3}
+	var data [2]capData
+	if _, _, e := syscall.RawSyscall(syscall.SYS_CAPGET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
+		return
+	}
+	data[0].inheritable, data[1].inheritable = 0, 0
+	_, _, _ = syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
 	_, _, _ = syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapAmbient, prCapAmbientClearAll, 0)
 }
 
-// keptPid1 is the small pid 1 kept in dir for the Go init attached to the
-// executable exe, where it is there as netwall writes it: a regular file of
-// this user's that no one else may write, in a directory of this user's
-// that no one else may write. "" otherwise, or where no init is attached.
-func keptPid1(dir, exe string) string {
-	sum := attachedSum(exe)
-	if sum == "" {
-		return ""
-	}
-	p := path.Join(dir, Pid1Prefix+sum)
-	if !ownedAlone(p, syscall.S_IFREG) || !ownedAlone(dir, syscall.S_IFDIR) {
-		return ""
-	}
-	return p
+// capHeader and capData are the kernel's for capget and capset
+// (linux/capability.h), which package syscall does not name.
+type capHeader struct {
+	version uint32
+	pid     int32
 }
 
-// ownedAlone says whether p is of type typ, this user's, and written by no
-// one else.
-func ownedAlone(p string, typ uint32) bool {
+type capData struct {
+	effective, permitted, inheritable uint32
+}
+
+const linuxCapabilityVersion3 = 0x20080522
+
+// userNamespacesConfined says whether a user namespace made by a program
+// without a profile of its own gets no capabilities in it
+// (AppArmor's restriction of unprivileged user namespaces, Ubuntu 23.10 on):
+// the launch would make one for nothing, where a profile given to postern
+// (see netwall's remedies) lets postern's own clone of the Go init make one.
+func userNamespacesConfined() bool {
+	fd, err := syscall.Open("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer syscall.Close(fd)
+	var b [1]byte
+	n, _ := syscall.Read(fd, b[:])
+	return n == 1 && b[0] != '0'
+}
+
+// keptPid1 opens (O_PATH, close-on-exec) the small pid 1 kept in dir for
+// the Go init attached to the executable exe, where it is there as netwall
+// writes it: a regular file of this user's that no one else may write, in a
+// directory of this user's that no one else may write. -1 otherwise, or
+// where no init is attached.
+func keptPid1(dir, exe string) int {
+	sum := attachedSum(exe)
+	if sum == "" {
+		return -1
+	}
+	dfd, err := syscall.Open(dir, oPath|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	defer syscall.Close(dfd)
+	if !ownedAlone(dfd, syscall.S_IFDIR) {
+		return -1
+	}
+	fd, err := syscall.Openat(dfd, Pid1Prefix+sum, oPath|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	if !ownedAlone(fd, syscall.S_IFREG) {
+		syscall.Close(fd)
+		return -1
+	}
+	return fd
+}
+
+// ownedAlone says whether the file open on fd is of type typ, this user's,
+// and written by no one else.
+func ownedAlone(fd int, typ uint32) bool {
 	var st syscall.Stat_t
-	if syscall.Lstat(p, &st) != nil {
+	if syscall.Fstat(fd, &st) != nil {
 		return false
 	}
 	return st.Mode&syscall.S_IFMT == typ && int(st.Uid) == syscall.Geteuid() && st.Mode&0o022 == 0 &&

@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"syscall"
 	"testing"
 
 	"github.com/postern-dev/postern/internal/wallimage"
@@ -53,20 +55,32 @@ func TestKeptPid1IsThisUsersAlone(t *testing.T) {
 	if err := os.Mkdir(lib, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	if got := keptPid1(lib, exe); got != "" {
+	kept := func() string {
+		fd := keptPid1(lib, exe)
+		if fd < 0 {
+			return ""
+		}
+		defer syscall.Close(fd)
+		p, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(fd))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if got := kept(); got != "" {
 		t.Fatalf("no init attached: %q", got)
 	}
 	if err := wallimage.Attach(exe, img); err != nil {
 		t.Fatal(err)
 	}
-	if got := keptPid1(lib, exe); got != "" {
+	if got := kept(); got != "" {
 		t.Fatalf("nothing kept yet: %q", got)
 	}
 	pid1 := filepath.Join(lib, Pid1Prefix+attachedSum(exe))
 	if err := os.WriteFile(pid1, []byte("pid 1"), 0o500); err != nil {
 		t.Fatal(err)
 	}
-	if got := keptPid1(lib, exe); got != pid1 {
+	if got := kept(); got != pid1 {
 		t.Fatalf("kept as netwall keeps it: %q, want %q", got, pid1)
 	}
 	for _, bad := range []struct {
@@ -77,7 +91,7 @@ func TestKeptPid1IsThisUsersAlone(t *testing.T) {
 		if err := os.Chmod(bad.path, bad.mode); err != nil {
 			t.Fatal(err)
 		}
-		if got := keptPid1(lib, exe); got != "" {
+		if got := kept(); got != "" {
 			t.Errorf("%s: %q", bad.what, got)
 		}
 	}
@@ -90,7 +104,7 @@ func TestKeptPid1IsThisUsersAlone(t *testing.T) {
 	if err := os.Symlink(img, pid1); err != nil {
 		t.Fatal(err)
 	}
-	if got := keptPid1(lib, exe); got != "" {
+	if got := kept(); got != "" {
 		t.Errorf("a link in pid 1's place: %q", got)
 	}
 }

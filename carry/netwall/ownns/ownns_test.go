@@ -22,6 +22,8 @@ func TestRunsWallHere(t *testing.T) {
 		{[]string{"postern", "run", "--machine"}, false},
 		{[]string{"postern", "run", "--container", "alpine", "--", "true"}, false},
 		{[]string{"postern", "run", "--container=alpine", "--", "true"}, false},
+		{[]string{"postern", "run", "--egress-open", "offline build", "--", "true"}, false},
+		{[]string{"postern", "run", "--egress-open=why", "--", "true"}, false},
 		// The command's own words are its own.
 		{[]string{"postern", "run", "--", "ssh", "--machine", "x"}, true},
 		{[]string{"postern", "run", "--", "podman", "--container=x"}, true},

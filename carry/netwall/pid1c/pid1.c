@@ -109,6 +109,7 @@ static unsigned char rec[sizeof(struct hdr) + MAXPATH +
 static struct sock_filter insns[MAXINSNS];
 static const char *dir;
 static unsigned long long nproc;
+static int own_userns; /* -userns: the command gets a user namespace of its own */
 static char **cmd_argv;
 static pid_t cmd; /* the command's pid once it has started */
 
@@ -224,6 +225,20 @@ static int set_pid_max(int v)
 	return err;
 }
 
+/* write_file writes data to the file at path, as one write. */
+static int write_file(const char *path, const char *data)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t n = strlen(data);
+	ssize_t w = write(fd, data, n);
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	return w == (ssize_t)n ? 0 : -1;
+}
+
 /* A failure in the child before exec: the command exits 126, like a shell. */
 static void child_fail(const char *step, int err)
 {
@@ -295,6 +310,34 @@ static void child(const char *path, const struct sock_fprog *prog)
 		child_fail("setsid", errno);
 	if (dir && chdir(dir) < 0)
 		child_fail("chdir", errno);
+	if (own_userns) {
+		/*
+		 * postern is in a user namespace of its own (its launch mode):
+		 * the command gets one below it, with the same ids, so that
+		 * RLIMIT_NPROC counts the command's processes alone (the kernel
+		 * counts per user namespace), not postern's threads too, and the
+		 * command shares no user namespace with postern.
+		 */
+		char map[64];
+		unsigned long uid = getuid(), gid = getgid();
+		if (unshare(CLONE_NEWUSER) < 0)
+			child_fail("make the command's user namespace", errno);
+		/*
+		 * Not dumpable (pid 1's), /proc/self is root's and its maps are
+		 * not the command's to write. The command's exec makes it
+		 * dumpable in any case.
+		 */
+		if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+			child_fail("prctl PR_SET_DUMPABLE", errno);
+		if (write_file("/proc/self/setgroups", "deny") < 0)
+			child_fail("deny setgroups in the command's user namespace", errno);
+		snprintf(map, sizeof map, "%lu %lu 1\n", uid, uid);
+		if (write_file("/proc/self/uid_map", map) < 0)
+			child_fail("map the uid into the command's user namespace", errno);
+		snprintf(map, sizeof map, "%lu %lu 1\n", gid, gid);
+		if (write_file("/proc/self/gid_map", map) < 0)
+			child_fail("map the gid into the command's user namespace", errno);
+	}
 	if (nproc > 0) {
 		struct rlimit rl = { nproc, nproc };
 		if (setrlimit(RLIMIT_NPROC, &rl) < 0)
@@ -485,19 +528,6 @@ static void on_signals(int sfd)
  * it was, and takes the lane it would have. A namespace made but not mapped
  * would leave postern nobody: that ends here, saying so.
  */
-static int write_file(const char *path, const char *data)
-{
-	int fd = open(path, O_WRONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	size_t n = strlen(data);
-	ssize_t w = write(fd, data, n);
-	int saved = errno;
-	close(fd);
-	errno = saved;
-	return w == (ssize_t)n ? 0 : -1;
-}
-
 static void launch_fail(const char *what)
 {
 	say("postern: ", what, ": ", strerror(errno),
@@ -569,6 +599,8 @@ int main(int argc, char **argv)
 	for (i = 1; i < argc && strcmp(argv[i], "--") != 0; i++) {
 		if (strcmp(argv[i], "-dir") == 0 && i + 1 < argc) {
 			dir = argv[++i];
+		} else if (strcmp(argv[i], "-userns") == 0) {
+			own_userns = 1;
 		} else if (strcmp(argv[i], "-nproc") == 0 && i + 1 < argc) {
 			const char *s = argv[++i];
 			char *end;
@@ -581,7 +613,7 @@ int main(int argc, char **argv)
 		}
 	}
 	if (i + 1 >= argc)
-		usage("usage: pid1 [-dir DIR] [-nproc N] -- ARGV0 [ARGS...]", "");
+		usage("usage: pid1 [-dir DIR] [-nproc N] [-userns] -- ARGV0 [ARGS...]", "");
 	cmd_argv = argv + i + 1;
 	if (fcntl(CTL, F_SETFD, FD_CLOEXEC) < 0)
 		usage("no control socket on fd 3: ", strerror(errno));

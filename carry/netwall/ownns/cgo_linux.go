@@ -1,0 +1,6 @@
+//go:build cgo
+
+package ownns
+
+// withCgo: see Enter.
+const withCgo = true
