@@ -209,6 +209,13 @@ func TestWallUnprivilegedSetsUpItself(t *testing.T) {
 		t.Errorf("the run's environment has %s", ownns.Env)
 	}
 
+	// The run's processes alone count against its limit: postern's threads,
+	// in postern's user namespace, do not take from it.
+	pids := p.exec(t, "run", "--pids-limit", "24", "--", "sh", "-c", `for i in $(seq 18); do sleep 5 & done; jobs -p > started; wc -l < started; kill $(cat started)`)
+	if pids.Code != 0 || strings.TrimSpace(pids.Stdout) != "18" {
+		t.Errorf("18 processes under --pids-limit 24 as uid %d: exit %d, %q started\n%s", nobody, pids.Code, pids.Stdout, pids.Stderr)
+	}
+
 	// While a run goes on: postern in its own user namespace, its threads
 	// holding the wall's capabilities at most, ambient ones on one thread
 	// at most (the forker, which starts pid 1).

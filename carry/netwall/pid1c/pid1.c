@@ -239,6 +239,25 @@ static int write_file(const char *path, const char *data)
 	return w == (ssize_t)n ? 0 : -1;
 }
 
+/*
+ * map_own_ids maps uid and gid, the caller's ids before its unshare of a user
+ * namespace, to themselves in it and nothing else, setgroups denied. It
+ * returns what failed (errno says why), or NULL.
+ */
+static const char *map_own_ids(unsigned long uid, unsigned long gid)
+{
+	char map[64];
+	if (write_file("/proc/self/setgroups", "deny") < 0)
+		return "deny setgroups";
+	snprintf(map, sizeof map, "%lu %lu 1\n", uid, uid);
+	if (write_file("/proc/self/uid_map", map) < 0)
+		return "map the uid";
+	snprintf(map, sizeof map, "%lu %lu 1\n", gid, gid);
+	if (write_file("/proc/self/gid_map", map) < 0)
+		return "map the gid";
+	return NULL;
+}
+
 /* A failure in the child before exec: the command exits 126, like a shell. */
 static void child_fail(const char *step, int err)
 {
@@ -318,7 +337,6 @@ static void child(const char *path, const struct sock_fprog *prog)
 		 * counts per user namespace), not postern's threads too, and the
 		 * command shares no user namespace with postern.
 		 */
-		char map[64];
 		unsigned long uid = getuid(), gid = getgid();
 		if (unshare(CLONE_NEWUSER) < 0)
 			child_fail("make the command's user namespace", errno);
@@ -329,14 +347,9 @@ static void child(const char *path, const struct sock_fprog *prog)
 		 */
 		if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
 			child_fail("prctl PR_SET_DUMPABLE", errno);
-		if (write_file("/proc/self/setgroups", "deny") < 0)
-			child_fail("deny setgroups in the command's user namespace", errno);
-		snprintf(map, sizeof map, "%lu %lu 1\n", uid, uid);
-		if (write_file("/proc/self/uid_map", map) < 0)
-			child_fail("map the uid into the command's user namespace", errno);
-		snprintf(map, sizeof map, "%lu %lu 1\n", gid, gid);
-		if (write_file("/proc/self/gid_map", map) < 0)
-			child_fail("map the gid into the command's user namespace", errno);
+		const char *failed = map_own_ids(uid, gid);
+		if (failed)
+			child_fail(failed, errno);
 	}
 	if (nproc > 0) {
 		struct rlimit rl = { nproc, nproc };
@@ -530,8 +543,8 @@ static void on_signals(int sfd)
  */
 static void launch_fail(const char *what)
 {
-	say("postern: ", what, ": ", strerror(errno),
-	    " (POSTERN_WALL_INIT=go runs without a user namespace of postern's own)\n", NULL);
+	say("postern: launch in a user namespace of its own: ", what, ": ", strerror(errno),
+	    " (POSTERN_WALL_INIT=go runs without one)\n", NULL);
 	oflush();
 	exit(126);
 }
@@ -554,15 +567,9 @@ static int launch(int argc, char **argv)
 
 	unsigned long uid = getuid(), gid = getgid();
 	if (unshare(CLONE_NEWUSER) == 0) {
-		char map[64];
-		if (write_file("/proc/self/setgroups", "deny") < 0)
-			launch_fail("deny setgroups in postern's user namespace");
-		snprintf(map, sizeof map, "%lu %lu 1\n", uid, uid);
-		if (write_file("/proc/self/uid_map", map) < 0)
-			launch_fail("map the uid into postern's user namespace");
-		snprintf(map, sizeof map, "%lu %lu 1\n", gid, gid);
-		if (write_file("/proc/self/gid_map", map) < 0)
-			launch_fail("map the gid into postern's user namespace");
+		const char *failed = map_own_ids(uid, gid);
+		if (failed)
+			launch_fail(failed);
 		/*
 		 * A new user namespace's first process holds every capability
 		 * there; an exec by a uid other than 0 keeps only the ambient
