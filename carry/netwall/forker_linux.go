@@ -25,7 +25,7 @@ import (
 // before. The probe makes what it measures the same way.
 func HoldsInitCaps() bool {
 	// Root by uid, whose exec gives it its bounding set; or a process in a
-	// user namespace of its own (see EnterOwnUserns), whose forker passes
+	// user namespace of its own (see carry/netwall/ownns), whose forker passes
 	// them on as ambient ones (passCapsOnExec). Capabilities held another
 	// way (file capabilities, SECBIT_NOROOT) would not pass to the init as
 	// forker means them to.

@@ -29,25 +29,26 @@ const (
 
 // Enter execs the small pid 1 kept for this binary in its launch mode,
 // which execs postern again, with the same arguments, in a user namespace
-// of its own. It returns, having changed nothing, where that does not
-// apply: a command other than a run on this machine without a terminal,
-// root (which needs none), a process already launched (whose mark it
-// removes, and whose threads it has drop the ambient capabilities the
-// launch gave them), POSTERN_WALL_INIT=go, a kernel before 6.18 (whose
-// /proc cannot be mounted for the run by postern), no small pid 1 kept yet
-// (the first run of a build keeps it; the ones after use it).
+// of its own. In a postern so launched, it removes the mark and empties
+// every thread's inheritable and ambient capabilities (see dropCarried).
+//
+// Elsewhere it returns, having changed nothing: a command other than a run
+// on this machine without a terminal (RunsWallHere); root, which needs
+// none; real and effective ids that differ (a setuid install), which could
+// not both be mapped; a binary with cgo, whose threads could not all drop
+// what the launch carried; POSTERN_WALL_INIT=go; a kernel before 6.18,
+// whose /proc cannot be mounted for the run by postern; AppArmor's
+// restriction of unprivileged user namespaces; no small pid 1 kept yet (the
+// first run of a build keeps it; the ones after use it).
 //
 // It must come before anything marks a descriptor close-on-exec: the exec
 // keeps everything the caller passed.
 func Enter() {
 	if _, launched := syscall.Getenv(Env); launched {
 		_ = syscall.Unsetenv(Env)
-		dropAmbient()
+		dropCarried()
 		return
 	}
-	// Root needs none; a process whose real and effective ids differ (a
-	// setuid install) could not map both; a binary with cgo could not drop
-	// the ambient capabilities from every thread.
 	if syscall.Geteuid() == 0 || syscall.Getuid() != syscall.Geteuid() || syscall.Getgid() != syscall.Getegid() || withCgo {
 		return
 	}
@@ -79,7 +80,7 @@ func Enter() {
 	syscall.Close(pid1)
 }
 
-// dropAmbient empties every thread's inheritable capabilities, and so its
+// dropCarried empties every thread's inheritable capabilities, and so its
 // ambient ones, which the launch filled to carry them across its exec: a
 // program postern starts (git, an editor) gets none of them, whatever its
 // file capabilities. The effective and permitted sets stay; netwall raises
@@ -87,7 +88,7 @@ func Enter() {
 // run's pid 1. Every thread holds the same sets here, so one set of data
 // fits them all. (Refused, ENOTSUP, in a binary with cgo, which is never
 // launched.)
-func dropAmbient() {
+func dropCarried() {
 	hdr := capHeader{version: linuxCapabilityVersion3}
 	var data [2]capData
 	if _, _, e := syscall.RawSyscall(syscall.SYS_CAPGET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0); e != 0 {
