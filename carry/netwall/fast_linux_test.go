@@ -1,7 +1,12 @@
 package netwall
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -177,5 +182,75 @@ func TestOwnUsernsKeepsTheInitsCaps(t *testing.T) {
 	}
 	if ownns.Caps != want {
 		t.Errorf("ownns.Caps = %#x, initCaps = %#x", ownns.Caps, want)
+	}
+}
+
+// pid 1's launch mode (carry/netwall/ownns): as a user without privileges it
+// makes a user namespace that maps that user's ids alone, keeps the
+// capabilities it is given as inheritable and ambient ones, and execs the
+// executable it is handed on a descriptor, which the program it execs does
+// not get. Where the kernel refuses the namespace (here: a caller in a
+// chroot, EPERM) it execs it all the same, as it was.
+func TestPid1Launch(t *testing.T) {
+	requireFast(t)
+	dir, err := os.MkdirTemp("", "postern-launch-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pid1 := filepath.Join(dir, "pid1")
+	if err := testhosts.CopyExecutable(pid1Path, pid1); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open("/bin/sh", unix.O_PATH|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sh := os.NewFile(uintptr(fd), "/bin/sh")
+	defer sh.Close()
+	caps := strconv.FormatUint(ownns.Caps, 16)
+	const script = `cat /proc/self/uid_map; grep -E '^Cap(Eff|Inh|Amb)' /proc/self/status; readlink /proc/$$/fd/3 || echo no-fd-3`
+	launch := func(t *testing.T, wrap ...string) []string {
+		t.Helper()
+		argv := append(wrap, pid1, ownns.LaunchArg, "3", caps, "--", "sh", "-c", script)
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.ExtraFiles = []*os.File{sh}
+		if len(wrap) == 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}}
+		}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%q: %v\n%s", argv, err, out)
+		}
+		var lines []string
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			lines = append(lines, strings.Join(strings.Fields(l), " "))
+		}
+		return lines
+	}
+	want := fmt.Sprintf("%016x", uint64(ownns.Caps))
+	got := launch(t)
+	if exp := []string{"65534 65534 1", "CapInh: " + want, "CapEff: " + want, "CapAmb: " + want, "no-fd-3"}; !slices.Equal(got, exp) {
+		t.Errorf("launched as uid 65534:\n got %q\nwant %q", got, exp)
+	}
+
+	// In a chroot (of the same files), the kernel refuses a new user
+	// namespace: the executable is exec'd as it was.
+	root := t.TempDir()
+	wrap := []string{"unshare", "--mount", "--propagation", "private", "sh", "-c",
+		`mount --rbind / "$0" && exec chroot "$0" setpriv --reuid=65534 --regid=65534 --clear-groups "$@"`, root}
+	got = launch(t, wrap...)
+	if len(got) < 5 || got[0] != "0 0 4294967295" || got[3] != "CapAmb: 0000000000000000" || got[4] != "no-fd-3" {
+		t.Errorf("launched where the namespace is refused: %q, want sh exec'd in the host's namespace, without capabilities", got)
+	}
+
+	for _, bad := range [][]string{{"x", caps}, {"3", "zz"}, {"2", caps}} {
+		cmd := exec.Command(pid1, ownns.LaunchArg, bad[0], bad[1], "--", "true")
+		if out, err := cmd.CombinedOutput(); cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 125 {
+			t.Errorf("-launch %q: %v, want exit 125\n%s", bad, err, out)
+		}
 	}
 }
