@@ -147,14 +147,7 @@ func TestStoreWithoutPermission(t *testing.T) {
 		return
 	}
 	testhosts.RequireRoot(t)
-	dir, err := os.MkdirTemp("", "records-perm-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testhosts.OpenDir(t, "records-perm-")
 	path := filepath.Join(dir, "records.db")
 	if _, err := Open(path); err != nil {
 		t.Fatal(err)

@@ -193,15 +193,7 @@ func TestOwnUsernsKeepsTheInitsCaps(t *testing.T) {
 // chroot, EPERM) it execs it all the same, as it was.
 func TestPid1Launch(t *testing.T) {
 	requireFast(t)
-	dir, err := os.MkdirTemp("", "postern-launch-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	pid1 := filepath.Join(dir, "pid1")
+	pid1 := filepath.Join(testhosts.OpenDir(t, "postern-launch-"), "pid1")
 	if err := testhosts.CopyExecutable(pid1Path, pid1); err != nil {
 		t.Fatal(err)
 	}

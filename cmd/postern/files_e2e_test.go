@@ -205,14 +205,7 @@ func TestWallLeavesNoSetuidFile(t *testing.T) {
 	testhosts.RequireRoot(t)
 	t.Parallel()
 	// A directory the unprivileged user can reach, as a shared one would be.
-	dir, err := os.MkdirTemp("", "postern-setuid-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := testhosts.OpenDir(t, "postern-setuid-")
 	p := poster{Home: measuredHome(t), Dir: dir}
 	w := p.run(t, nil, step("cp", "cp /bin/sh ./s")+step("chmod", "chmod 4755 ./s")+step("setgid", "chmod 2755 ./s")+
 		step("install", "install -m 4755 /bin/sh ./i")+step("dir", "mkdir -m 2775 ./d"))

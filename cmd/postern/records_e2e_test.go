@@ -123,14 +123,7 @@ func TestRecordsDamagedStoreIsNamedNeverWiped(t *testing.T) {
 func TestRecordsWithoutPermission(t *testing.T) {
 	testhosts.EndToEnd(t)
 	testhosts.RequireRoot(t)
-	home, err := os.MkdirTemp("", "postern-records-perm-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(home) })
-	if err := os.Chmod(home, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	home := testhosts.OpenDir(t, "postern-records-perm-")
 	if _, e, code := (poster{Home: home}).do(t, "runs", "list"); code != 0 {
 		t.Fatalf("runs list: %s", e)
 	}

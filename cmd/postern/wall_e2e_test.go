@@ -1671,14 +1671,7 @@ const nobody = 65534
 // user may run it, a home and a working directory of its own (home/work).
 func nobodyPoster(t *testing.T) (p poster, home, work string) {
 	t.Helper()
-	root, err := os.MkdirTemp("", "postern-nobody-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(root) })
-	if err := os.Chmod(root, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	root := testhosts.OpenDir(t, "postern-nobody-")
 	bin := filepath.Join(root, "postern")
 	if err := testhosts.CopyExecutable(binFor(t), bin); err != nil {
 		t.Fatal(err)

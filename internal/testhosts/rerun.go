@@ -27,14 +27,7 @@ func RerunAsNobody(t testing.TB, pattern string, wantPass ...string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := os.MkdirTemp("", "postern-as-nobody-*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	dir := OpenDir(t, "postern-as-nobody-*")
 	bin := filepath.Join(dir, filepath.Base(self))
 	if err := CopyExecutable(self, bin); err != nil {
 		t.Fatal(err)
@@ -111,4 +104,20 @@ func CopyExecutable(src, dst string) error {
 		return fmt.Errorf("copy %s to %s: %w", src, dst, err)
 	}
 	return nil
+}
+
+// OpenDir is a new temporary directory every user may enter (mode 0755),
+// removed when t ends: where a test has another user (Nobody) reach what it
+// puts there, as a shared directory would let it.
+func OpenDir(t testing.TB, pattern string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", pattern)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
