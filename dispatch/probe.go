@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/postern-dev/postern/carry/netwall"
 	"github.com/postern-dev/postern/machine"
 	"github.com/postern-dev/postern/machine/sshclient"
 	"github.com/postern-dev/postern/probe"
@@ -97,6 +98,11 @@ func ProbeMachines(ctx context.Context, store *records.Store, p Probe) ([]Measur
 			if m.IsLocal() {
 				rec, err = probe.Run(ctx, probe.Options{Name: m.Name, Version: p.Version, Logger: p.Logger})
 				if err == nil {
+					// The wall's inits kept for this build, so that its
+					// first run starts them too (see netwall.KeptInit).
+					if _, kerr := netwall.KeptInit(initDir(store)); kerr != nil && p.Logger != nil {
+						p.Logger.Warn("the wall's init not kept: runs will keep it", "dir", initDir(store), "err", kerr)
+					}
 					primeAtExit(initDir(store), p.Logger)
 				}
 			} else {

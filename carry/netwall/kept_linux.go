@@ -60,8 +60,18 @@ func keptInit(dir string) (string, error) {
 
 // KeptInit is keptInit for callers outside the wall: the path of this
 // binary's init kept in dir, written there if it is not yet, or "" where
-// none is attached.
-func KeptInit(dir string) (string, error) { return keptInit(dir) }
+// none is attached. The small pid 1 attached to it is kept beside it too,
+// where a run of a user without privileges looks for it before postern has
+// started (carry/netwall/ownns): a machine measured by this build has it
+// for its first run.
+func KeptInit(dir string) (string, error) {
+	p, err := keptInit(dir)
+	if err != nil || p == "" {
+		return p, err
+	}
+	_, err = keptPid1(dir, p)
+	return p, err
+}
 
 // keep is img of the executable exe, kept in dir (see keptInit).
 func keep(dir, exe string, img wallimage.Image) (string, error) {

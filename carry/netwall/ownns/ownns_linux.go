@@ -38,8 +38,8 @@ const (
 // not both be mapped; a binary with cgo, whose threads could not all drop
 // what the launch carried; POSTERN_WALL_INIT=go; a kernel before 6.18,
 // whose /proc cannot be mounted for the run by postern; AppArmor's
-// restriction of unprivileged user namespaces; no small pid 1 kept yet (the
-// first run of a build keeps it; the ones after use it).
+// restriction of unprivileged user namespaces; no small pid 1 kept yet
+// (measuring the machine keeps it for the build, as does any run).
 //
 // It must come before anything marks a descriptor close-on-exec: the exec
 // keeps everything the caller passed.
