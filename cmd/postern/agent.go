@@ -23,6 +23,12 @@ func init() {
 			Use:  "serve",
 			Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {
+				// SIGINT and SIGTERM are ignored until main's relay has them
+				// (signals.Hold), and a command started meanwhile would
+				// inherit them ignored: an open run's command, which no
+				// wall's init resets, would never end on a Ctrl-C typed at
+				// home. Nothing is started before they are held.
+				<-caught.registered()
 				leaveCoresToTheRun() // a run's door serves from this process
 				out, logw, err := protocolStreams()
 				if err != nil {

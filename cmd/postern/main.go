@@ -118,6 +118,26 @@ func (i *interrupts) route(sig os.Signal) {
 	}
 }
 
+// registered is closed once os.Interrupt and SIGTERM are no longer ignored
+// but relayed (see interruptible): from then on a child starts with them at
+// their default.
+func (i *interrupts) registered() <-chan struct{} {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.heldLocked()
+}
+
+// heldLocked is registered with i.mu held.
+func (i *interrupts) heldLocked() <-chan struct{} {
+	if i.held == nil {
+		// Never held (no interruptible): nothing to wait for.
+		held := make(chan struct{})
+		close(held)
+		return held
+	}
+	return i.held
+}
+
 // take has os.Interrupt and SIGTERM sent on c from now on, rather than
 // cancelling the command's context; one that cancelled it already is sent
 // first. It returns a channel closed once they are held.
@@ -131,11 +151,5 @@ func (i *interrupts) take(c chan<- os.Signal) <-chan struct{} {
 		default:
 		}
 	}
-	if i.held == nil {
-		// Never held (no interruptible): nothing to wait for.
-		held := make(chan struct{})
-		close(held)
-		return held
-	}
-	return i.held
+	return i.heldLocked()
 }

@@ -117,7 +117,11 @@ func (p *ptyProc) exit(t *testing.T, d time.Duration) int {
 	select {
 	case <-p.waited:
 	case <-time.After(d):
-		t.Fatalf("postern did not end within %s:\n%s", d, p.output())
+		// What is still there, here and on the remote (its agent and the
+		// run's processes are in the test host's namespaces, not its pid
+		// namespace: ps sees them).
+		ps, _ := exec.Command("ps", "-eo", "pid,ppid,pgid,sid,tty,stat,wchan:20,etime,args", "--forest").CombinedOutput()
+		t.Fatalf("postern did not end within %s:\n%s\nprocesses:\n%s", d, p.output(), ps)
 	}
 	select {
 	case <-p.read:
@@ -154,7 +158,7 @@ func TestRemoteTerminal(t *testing.T) {
 }
 
 func remoteTerminal(t *testing.T, r *remoteLab, args []string) {
-	script := `tty; echo "TERM=$TERM"; echo "SIZE $(stty size)"; echo READY
+	script := `tty; echo "TERM=$TERM"; echo "SIZE $(stty size)"; grep SigIgn /proc/self/status; echo READY
 while [ "$(stty size)" = "33 101" ]; do sleep 0.05; done
 echo "RESIZED $(stty size)"; sleep 100; echo "NOT INTERRUPTED"`
 	p := r.C.startOnPTY(t, 33, 101, append(args, "--", "sh", "-c", script)...)
@@ -162,6 +166,14 @@ echo "RESIZED $(stty size)"; sleep 100; echo "NOT INTERRUPTED"`
 	out := p.output()
 	if !regexp.MustCompile(`/dev/pts/\d+`).MatchString(out) || !strings.Contains(out, "SIZE 33 101") || !strings.Contains(out, "TERM=xterm-remote-test") {
 		t.Fatalf("the remote run did not see a terminal of 33x101 with the person's TERM:\n%s", out)
+	}
+	// The command starts with SIGINT and SIGTERM at their default, whatever
+	// the agent's own were when it started it (ignored, until its relay
+	// has them).
+	if m := regexp.MustCompile(`SigIgn:\s*([0-9a-f]+)`).FindStringSubmatch(out); m == nil {
+		t.Errorf("no SigIgn line:\n%s", out)
+	} else if ign, err := strconv.ParseUint(m[1], 16, 64); err != nil || ign&(1<<(syscall.SIGINT-1)|1<<(syscall.SIGTERM-1)) != 0 {
+		t.Errorf("the remote command ignores SIGINT or SIGTERM (SigIgn %s): a Ctrl-C typed here would not end it", m[1])
 	}
 	// The person's window grows: the kernel tells postern, postern tells the agent.
 	if err := unix.IoctlSetWinsize(int(p.master.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 41, Col: 120}); err != nil {
