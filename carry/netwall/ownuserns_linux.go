@@ -3,9 +3,7 @@
 package netwall
 
 import (
-	"bytes"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 
@@ -19,16 +17,16 @@ import (
 // run's wall up itself.
 var inOwnUserns = sync.OnceValue(func() bool {
 	data, err := os.ReadFile("/proc/self/uid_map")
-	if err != nil || os.Getuid() == 0 {
+	uid := os.Getuid()
+	if err != nil || uid == 0 {
 		return false
 	}
-	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
 	if len(lines) != 1 {
 		return false
 	}
-	f := strings.Fields(string(lines[0]))
-	uid := strconv.Itoa(os.Getuid())
-	return len(f) == 3 && f[0] == uid && f[1] == uid && f[2] == "1"
+	inside, outside, count, ok := idMapLine(lines[0])
+	return ok && inside == uid && outside == uid && count == 1
 })
 
 // passCapsOnExec has what the calling thread execs keep initCaps, where this

@@ -20,12 +20,9 @@ const (
 	sumAt        = 24
 )
 
-// The kernel's numbers this file needs that package syscall does not name.
-const (
-	oPath                = 0x200000 // O_PATH, the same on every Linux architecture Go builds for
-	prCapAmbient         = 47
-	prCapAmbientClearAll = 4
-)
+// oPath is O_PATH, which package syscall does not name: the same on every
+// Linux architecture Go builds for.
+const oPath = 0x200000
 
 // Enter execs the small pid 1 kept for this binary in its launch mode,
 // which execs postern again, with the same arguments, in a user namespace
@@ -95,8 +92,9 @@ func dropCarried() {
 		return
 	}
 	data[0].inheritable, data[1].inheritable = 0, 0
+	// One stop of every thread: the kernel keeps no ambient capability
+	// that is not inheritable too (capset masks the ambient set).
 	_, _, _ = syscall.AllThreadsSyscall(syscall.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
-	_, _, _ = syscall.AllThreadsSyscall(syscall.SYS_PRCTL, prCapAmbient, prCapAmbientClearAll, 0)
 }
 
 // capHeader and capData are the kernel's for capget and capset
